@@ -1,0 +1,27 @@
+# Thin entry points; the build is CMake (CMakeLists.txt), the tests are ctest + busted (scripts/run_tests.sh).
+BUILD ?= build
+JOBS  ?= $(shell nproc)
+
+.PHONY: all deps build demo test clean fuzz
+
+all: build
+
+deps:
+	@scripts/bootstrap.sh
+
+build: deps
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS)
+
+demo: build
+	@luajit scripts/demo.lua
+
+test: build
+	@scripts/run_tests.sh $(BUILD)
+
+# The safetensors header fuzzer (libFuzzer + ASan/UBSan); FUZZ_SECONDS=600 for the ten-minute run.
+fuzz: deps
+	@tests/fuzz/run.sh $(FUZZ_SECONDS)
+
+clean:
+	rm -rf $(BUILD) build-fuzz build-asan

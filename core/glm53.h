@@ -1,0 +1,348 @@
+/*
+ * glm53.h - the public C API of glm53, an inference engine for GLM-5.3-Flash (HF model_type "glm5_next").
+ *
+ * Everything a program (or the LuaJIT package in lua/glm53) needs is declared here; nothing else is public.
+ * The engine owns weights, caches and the model step; callers own token ids, sampling decisions and loops.
+ *
+ * A complete greedy generate loop:
+ *
+ *     glm53_model_params mp = glm53_model_default_params();
+ *     mp.device = GLM53_DEVICE_CPU;                 // or GLM53_DEVICE_CUDA
+ *     glm53_model *model;
+ *     if (glm53_model_load("models/tiny", &mp, &model) != GLM53_OK) {
+ *         fprintf(stderr, "%s\n", glm53_last_error());   // e.g. "loader.c:211: model.safetensors: ..."
+ *         return 1;
+ *     }
+ *     const glm53_model_config *cfg = glm53_model_config_get(model);
+ *
+ *     glm53_seq_params sp = glm53_seq_default_params();
+ *     sp.max_tokens = 4096;                          // cache capacity, checked against the model's budget
+ *     glm53_seq *seq;
+ *     glm53_seq_create(model, &sp, &seq);
+ *
+ *     int32_t prompt[] = {1, 2, 3};
+ *     float *logits = malloc(sizeof(float) * cfg->text.vocab_size);
+ *     glm53_step_output out = {.logits = logits, .capacity = 1};
+ *     int32_t n_rows = 3;
+ *     glm53_batch batch = {.n_seqs = 1, .seqs = &seq, .n_rows = &n_rows, .tokens = prompt};
+ *     for (int i = 0; i < 16; i++) {
+ *         if (glm53_model_step(model, &batch, &out) != GLM53_OK) break;   // prefill, then decode
+ *         int32_t next = glm53_argmax_f32(logits, cfg->text.vocab_size);
+ *         printf("%d\n", next);
+ *         prompt[0] = next; n_rows = 1;              // feed the chosen token back
+ *     }
+ *     glm53_seq_free(seq); glm53_model_free(model); free(logits);
+ *
+ * Conventions
+ *   - Every entry point that can fail returns glm53_status; GLM53_OK is 0. The message of the last failure on
+ *     the calling thread is glm53_last_error() ("file.c:line: what went wrong"). Nothing here exits, aborts or
+ *     longjmps on bad input.
+ *   - Handles (glm53_checkpoint, glm53_model, glm53_seq) are opaque; each has a _free that accepts NULL.
+ *   - Parameter structs come from *_default_params(); set only the fields you need.
+ *   - Enums are append-only: values never change meaning between versions.
+ *   - Shapes are row-major, outermost first; a matrix W[out, in] is applied as y = x * W^T.
+ *
+ * Thread safety
+ *   - glm53_last_error, glm53_dtype_*, glm53_version are safe from any thread.
+ *   - A glm53_checkpoint or glm53_model may be read (config, tensor list) from several threads at once.
+ *   - glm53_model_step runs one batch at a time per model: calls on the same model must not overlap, but a
+ *     step may run on a worker thread while other threads do unrelated work (a Lua event loop, say).
+ *   - A glm53_seq must not be forked, truncated or freed while a step that includes it is running.
+ *
+ * The ffi.cdef of the Lua package is generated from the region between the API markers below
+ * (scripts/gen_cdef.lua); keep that region free of preprocessor lines.
+ */
+#ifndef GLM53_H
+#define GLM53_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(_WIN32)
+#define GLM53_API __declspec(dllexport)
+#else
+#define GLM53_API __attribute__((visibility("default")))
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* GLM53_API_BEGIN */
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Status and errors
+ */
+typedef enum glm53_status {
+    GLM53_OK                = 0,
+    GLM53_ERR_INVALID_ARG   = 1,  /* a caller passed something the API forbids (NULL handle, bad shape, ...) */
+    GLM53_ERR_IO            = 2,  /* open/read/mmap failed */
+    GLM53_ERR_FORMAT        = 3,  /* a file is malformed: bad JSON, truncated safetensors, shape mismatch ... */
+    GLM53_ERR_UNSUPPORTED   = 4,  /* well-formed but not something glm53 implements (unknown dtype, key value) */
+    GLM53_ERR_NOT_FOUND     = 5,  /* a named tensor, file or key is missing */
+    GLM53_ERR_OUT_OF_MEMORY = 6,  /* host or device allocation failed */
+    GLM53_ERR_CACHE_FULL    = 7,  /* a sequence or the model's cache budget has no room for more tokens */
+    GLM53_ERR_OUT_OF_RANGE  = 8,  /* an index (token id, position, row) outside its valid range */
+    GLM53_ERR_BACKEND       = 9,  /* a CUDA / cuBLAS call failed, or the backend is not compiled in */
+} glm53_status;
+
+GLM53_API const char *glm53_last_error(void);                 /* "" when the thread has no error */
+GLM53_API const char *glm53_status_name(glm53_status status);  /* "GLM53_ERR_FORMAT", ... */
+GLM53_API const char *glm53_version(void);
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Tensors
+ */
+typedef enum glm53_dtype {
+    GLM53_F32      = 0,
+    GLM53_BF16     = 1,
+    GLM53_F16      = 2,
+    GLM53_F8_E4M3  = 3,   /* OCP E4M3 ("e4m3fn"): no infinities, 0x7f/0xff are NaN, max 448 */
+    GLM53_I32      = 4,
+    GLM53_I64      = 5,
+    GLM53_F64      = 6,
+    GLM53_DTYPE_COUNT = 7
+} glm53_dtype;
+
+typedef enum glm53_device {
+    GLM53_DEVICE_CPU  = 0,
+    GLM53_DEVICE_CUDA = 1,
+} glm53_device;
+
+enum { GLM53_MAX_DIMS = 4 };
+
+/* A view of n-dimensional data. Checkpoint tensors point into the mmapped file (read-only); model tensors
+ * may live on a device. `stride` counts elements. `scale` is set on F8_E4M3 weights that have a
+ * `weight_scale_inv` companion: F32 [ceil(shape[0]/block_rows), ceil(shape[1]/block_cols)], and the real value
+ * of element (i, j) is e4m3(data[i, j]) * scale[i / block_rows, j / block_cols]. */
+typedef struct glm53_tensor {
+    int32_t dtype;                    /* glm53_dtype */
+    int32_t device;                   /* glm53_device */
+    int32_t ndim;
+    int32_t block_rows, block_cols;   /* FP8 scale block (128 x 128 in released checkpoints); 0 without scale */
+    int64_t shape[GLM53_MAX_DIMS];
+    int64_t stride[GLM53_MAX_DIMS];
+    void   *data;
+    const struct glm53_tensor *scale;
+    const char *name;                 /* checkpoint name, or NULL */
+} glm53_tensor;
+
+GLM53_API size_t       glm53_dtype_size(glm53_dtype dtype);   /* bytes per element; 0 if unknown */
+GLM53_API const char  *glm53_dtype_name(glm53_dtype dtype);   /* "F32", "BF16", "F8_E4M3", ... */
+GLM53_API int64_t      glm53_tensor_numel(const glm53_tensor *t);
+/* Converts the first `n` elements (row-major) of any numeric CPU tensor (checkpoint tensors are) to float,
+ * dequantising FP8 with its scale. n must be <= numel. */
+GLM53_API glm53_status glm53_tensor_to_f32(const glm53_tensor *t, float *dst, int64_t n);
+/* Index of the largest of n floats (the lowest index on ties); -1 if n <= 0. */
+GLM53_API int32_t      glm53_argmax_f32(const float *x, int64_t n);
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Model configuration (parsed from config.json: nested text_config/vision_config or the flat text-only form)
+ */
+enum { GLM53_MAX_LAYERS = 128 };
+
+typedef enum glm53_layer_type   { GLM53_LAYER_KDA = 0, GLM53_LAYER_DSA = 1 } glm53_layer_type;
+typedef enum glm53_mlp_type     { GLM53_MLP_DENSE = 0, GLM53_MLP_MOE = 1 } glm53_mlp_type;
+typedef enum glm53_indexer_type { GLM53_INDEXER_FULL = 0, GLM53_INDEXER_SHARED = 1 } glm53_indexer_type;
+
+typedef struct glm53_text_config {
+    int32_t vocab_size, hidden_size, num_hidden_layers;
+    int32_t intermediate_size, moe_intermediate_size;
+    /* MoE */
+    int32_t n_routed_experts, num_experts_per_tok, n_shared_experts, n_group, topk_group, norm_topk_prob;
+    float   routed_scaling_factor;
+    /* MLA (NoPE) */
+    int32_t num_attention_heads, q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim;
+    /* KPool indexer */
+    int32_t index_n_heads, index_head_dim, index_topk, index_kpool, index_kpool_always_select_tail;
+    /* KDA */
+    int32_t linear_num_heads, linear_head_dim, linear_conv_kernel_dim;
+    int32_t linear_has_lower_bound;   /* 1: g = lb * sigmoid(exp(A_log) * (f + dt_bias)); 0: Kimi softplus form */
+    float   linear_lower_bound;
+    /* mHC */
+    int32_t hc_mult, hc_sinkhorn_iters;
+    float   hc_eps;
+    /* misc */
+    float   rms_norm_eps, swiglu_limit;
+    int32_t num_nextn_predict_layers;   /* MTP layers stored after the main layers (0 if absent) */
+    int32_t pad_token_id, tie_word_embeddings;
+    int32_t layer_types[GLM53_MAX_LAYERS];    /* glm53_layer_type per main layer */
+    int32_t mlp_types[GLM53_MAX_LAYERS];      /* glm53_mlp_type per main layer */
+    int32_t indexer_types[GLM53_MAX_LAYERS];  /* glm53_indexer_type per main layer (DSA layers only) */
+} glm53_text_config;
+
+typedef struct glm53_vision_config {
+    int32_t depth, hidden_size, num_heads, intermediate_size, out_hidden_size, projection_intermediate_size;
+    int32_t in_channels, patch_size, temporal_patch_size, spatial_merge_size, attention_bias;
+    float   rms_norm_eps, swiglu_limit;
+} glm53_vision_config;
+
+typedef struct glm53_model_config {
+    glm53_text_config   text;
+    glm53_vision_config vision;
+    int32_t has_vision;
+    int32_t image_token_id, video_token_id;
+    int32_t image_start_token_id, image_end_token_id, video_start_token_id, video_end_token_id;
+    int32_t fp8_block_rows, fp8_block_cols;   /* quantization_config.weight_block_size; 0 when unquantised */
+} glm53_model_config;
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Checkpoints: config.json + model.safetensors, or sharded with model.safetensors.index.json, mmapped.
+ */
+typedef struct glm53_checkpoint glm53_checkpoint;
+
+/* `path` is a checkpoint directory or a single .safetensors file. Every tensor header is validated on open;
+ * a malformed file fails with GLM53_ERR_FORMAT naming the file and tensor. */
+GLM53_API glm53_status glm53_checkpoint_open(const char *path, glm53_checkpoint **out);
+GLM53_API void         glm53_checkpoint_free(glm53_checkpoint *ckpt);
+GLM53_API int64_t      glm53_checkpoint_n_tensors(const glm53_checkpoint *ckpt);
+/* Tensors in name order; NULL if i is out of range. FP8 weights carry their scale in ->scale. */
+GLM53_API const glm53_tensor *glm53_checkpoint_tensor(const glm53_checkpoint *ckpt, int64_t i);
+GLM53_API const char  *glm53_checkpoint_tensor_file(const glm53_checkpoint *ckpt, int64_t i);
+/* GLM53_ERR_NOT_FOUND (message names the tensor) if absent. */
+GLM53_API glm53_status glm53_checkpoint_find(const glm53_checkpoint *ckpt, const char *name,
+                                             const glm53_tensor **out);
+/* The raw config.json text, or NULL when the checkpoint is a bare .safetensors file. */
+GLM53_API const char  *glm53_checkpoint_config_json(const glm53_checkpoint *ckpt);
+/* Parses config.json; unknown values of known keys (a layer type "foo", scoring_func "softmax") are errors. */
+GLM53_API glm53_status glm53_checkpoint_config(const glm53_checkpoint *ckpt, glm53_model_config *out);
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Models, sequences (caches) and steps
+ */
+typedef struct glm53_model glm53_model;
+typedef struct glm53_seq   glm53_seq;
+
+typedef struct glm53_model_params {
+    int32_t device;            /* glm53_device */
+    int32_t n_threads;         /* CPU worker threads; 0 = number of online cores */
+    int32_t cuda_device;       /* CUDA ordinal */
+    int32_t load_mtp;          /* 1: also load the MTP layers when the checkpoint has them */
+    int64_t cache_bytes_max;   /* budget for all sequence caches of this model; 0 = unlimited */
+} glm53_model_params;
+
+typedef struct glm53_seq_params {
+    int64_t max_tokens;        /* tokens the sequence can hold; its cache memory is reserved up front */
+    int32_t max_rollback;      /* how many of the latest tokens truncate/fork can go back over (KDA state
+                                  snapshots kept per token); speculative decoding needs at least K + 1 */
+} glm53_seq_params;
+
+GLM53_API glm53_model_params glm53_model_default_params(void);
+GLM53_API glm53_seq_params   glm53_seq_default_params(void);
+
+GLM53_API glm53_status glm53_model_load(const char *path, const glm53_model_params *params, glm53_model **out);
+/* Frees the model; while sequences of it are alive the model stays until the last of them is freed. */
+GLM53_API void         glm53_model_free(glm53_model *model);
+GLM53_API const glm53_model_config *glm53_model_config_get(const glm53_model *model);
+GLM53_API int64_t      glm53_model_weight_bytes(const glm53_model *model);
+GLM53_API int64_t      glm53_model_cache_bytes(const glm53_model *model);    /* reserved by live sequences */
+
+GLM53_API glm53_status glm53_seq_create(glm53_model *model, const glm53_seq_params *params, glm53_seq **out);
+/* A new sequence holding the first n_tokens of src (prefix reuse). n_tokens may be any length from
+ * seq_length(src) - max_rollback to seq_length(src); earlier lengths fail with GLM53_ERR_OUT_OF_RANGE. */
+GLM53_API glm53_status glm53_seq_fork(const glm53_seq *src, int64_t n_tokens, glm53_seq **out);
+/* Drops the tokens after n_tokens (same range rule as fork): speculative rollback. */
+GLM53_API glm53_status glm53_seq_truncate(glm53_seq *seq, int64_t n_tokens);
+GLM53_API int64_t      glm53_seq_length(const glm53_seq *seq);
+GLM53_API int64_t      glm53_seq_capacity(const glm53_seq *seq);
+GLM53_API int64_t      glm53_seq_cache_bytes(const glm53_seq *seq);
+GLM53_API void         glm53_seq_free(glm53_seq *seq);
+
+/* One step: every sequence in the batch receives its new rows (tokens, or embeddings for image/video rows).
+ * Rows are concatenated sequence by sequence. Prefill, chunked prefill, decode and speculative verification
+ * are all this call with different row counts. */
+typedef struct glm53_batch {
+    int32_t         n_seqs;
+    glm53_seq     **seqs;           /* [n_seqs], each at most once */
+    const int32_t  *n_rows;         /* [n_seqs] new rows per sequence (>= 1) */
+    const int32_t  *tokens;         /* [total rows] token ids */
+    const float    *embeddings;     /* NULL, or [total rows, hidden] used where use_embedding[r] != 0 */
+    const uint8_t  *use_embedding;  /* NULL, or [total rows] */
+    const uint8_t  *want_output;    /* NULL: the last row of each sequence; else [total rows] flags */
+} glm53_batch;
+
+/* Outputs for the requested rows, in row order. The caller owns the buffers. */
+typedef struct glm53_step_output {
+    float  *logits;                 /* NULL, or host [capacity, vocab_size] */
+    float  *hidden;                 /* NULL, or host [capacity, hidden_size]: final-normed hidden (MTP input) */
+    int32_t capacity;               /* rows the buffers hold */
+    int32_t n_out;                  /* set by the step: rows written */
+} glm53_step_output;
+
+GLM53_API glm53_status glm53_model_step(glm53_model *model, const glm53_batch *batch, glm53_step_output *out);
+
+/* ---- Tokenizer ---- */
+/* Byte-level BPE exactly as HF tokenizers runs it, from a tokenizer.json (model BPE; pre-tokenizers Split with
+ * a regex and behavior Isolated, ByteLevel, Sequence of those; normalizer none or NFC; decoder ByteLevel) or
+ * from a tiktoken rank file. Anything else in a file is GLM53_ERR_UNSUPPORTED naming it.
+ *   - Text is UTF-8. Invalid input bytes are encoded as if each maximal invalid sequence were U+FFFD (what
+ *     Python's bytes.decode("utf-8", "replace") would hand HF); decode turns invalid output into U+FFFD the way
+ *     HF does (Rust's from_utf8_lossy).
+ *   - Ids: the base vocabulary, then the added tokens, as numbered in the file. Encoding never adds anything
+ *     (no BOS): a chat template writes its own special tokens, and they are matched in the text.
+ *   - Added tokens (special or not) are matched in the text literally, leftmost-longest, before anything else.
+ *   - A loaded tokenizer is immutable: every call below may run on any thread, concurrently. */
+typedef struct glm53_tokenizer glm53_tokenizer;
+
+typedef enum glm53_encode_flags {
+    GLM53_ENCODE_SPECIAL_AS_TEXT = 1,   /* special added tokens in the text are encoded as plain text (for
+                                           untrusted input; HF's encode_special_tokens) */
+} glm53_encode_flags;
+
+typedef enum glm53_decode_flags {
+    GLM53_DECODE_SKIP_SPECIAL = 1,      /* leave special added tokens out (HF's skip_special_tokens) */
+} glm53_decode_flags;
+
+/* `path` is a tokenizer.json, or a tiktoken rank file (recognised as not JSON), which then gets the GLM-5.3
+ * split regex and no special tokens; glm53_tokenizer_load_tiktoken says more. */
+GLM53_API glm53_status glm53_tokenizer_load(const char *path, glm53_tokenizer **out);
+/* A tiktoken rank file: one "<base64 token bytes> <rank>" per line; ranks are the ids, and BPE merges the
+ * adjacent pair whose concatenation has the lowest rank. `pattern`: the split regex (NULL: GLM-5.3's).
+ * special_tokens[n_special] (UTF-8, NUL-terminated) get the ids special_ids[n_special] and are matched in the
+ * text like added tokens. */
+GLM53_API glm53_status glm53_tokenizer_load_tiktoken(const char *path, const char *pattern,
+                                                     const char *const *special_tokens,
+                                                     const int32_t *special_ids, int32_t n_special,
+                                                     glm53_tokenizer **out);
+GLM53_API void         glm53_tokenizer_free(glm53_tokenizer *tok);
+
+/* Encodes text[0, len) with glm53_encode_flags into ids[0, cap). *n_out receives the number of ids the text
+ * needs; when that exceeds cap, the first cap ids are written and GLM53_ERR_OUT_OF_RANGE is returned, so the
+ * caller can grow its buffer to *n_out and retry. */
+GLM53_API glm53_status glm53_tokenizer_encode(const glm53_tokenizer *tok, const char *text, size_t len,
+                                              int32_t flags, int32_t *ids, int64_t cap, int64_t *n_out);
+/* Encodes texts[n_texts] (lengths[n_texts] bytes each) on n_threads threads (0 or 1: the calling thread).
+ * The ids of text i land in ids[offsets[i], offsets[i + 1]); offsets has n_texts + 1 entries and
+ * offsets[n_texts] is the total. Same cap rule as glm53_tokenizer_encode (offsets are always complete). */
+GLM53_API glm53_status glm53_tokenizer_encode_batch(const glm53_tokenizer *tok, const char *const *texts,
+                                                    const size_t *lengths, int32_t n_texts, int32_t flags,
+                                                    int32_t n_threads, int32_t *ids, int64_t cap,
+                                                    int64_t *offsets);
+/* Decodes ids[n] with glm53_decode_flags to UTF-8 in out[0, cap); *n_out receives the byte count, and a NUL
+ * follows the text when cap leaves room. Same cap rule as encode. An id without a token is
+ * GLM53_ERR_OUT_OF_RANGE (the message names it). */
+GLM53_API glm53_status glm53_tokenizer_decode(const glm53_tokenizer *tok, const int32_t *ids, int64_t n,
+                                              int32_t flags, char *out, int64_t cap, int64_t *n_out);
+/* The raw bytes of one token (what decode concatenates before repairing UTF-8): *piece points into the
+ * tokenizer (valid until it is freed; not NUL-terminated), *len is its length. */
+GLM53_API glm53_status glm53_tokenizer_token_to_piece(const glm53_tokenizer *tok, int32_t id,
+                                                      const char **piece, int64_t *len);
+/* A token as the file spells it ("Ġhello", "<|user|>"; tiktoken tokens in the same byte-level spelling),
+ * NUL-terminated and owned by the tokenizer; NULL for an id without a token. */
+GLM53_API const char  *glm53_tokenizer_token_string(const glm53_tokenizer *tok, int32_t id);
+/* The id of a spelling (an added token's content, or a vocabulary entry as the file spells it); -1 if none. */
+GLM53_API int32_t      glm53_tokenizer_token_id(const glm53_tokenizer *tok, const char *str);
+/* Ids run over [0, n_vocab) = the largest id + 1 (GLM-5.3: 154856; its embedding has 154880 rows). */
+GLM53_API int32_t      glm53_tokenizer_n_vocab(const glm53_tokenizer *tok);
+/* 1 for a special added token (what GLM53_DECODE_SKIP_SPECIAL leaves out), 0 otherwise or for a bad id. */
+GLM53_API int32_t      glm53_tokenizer_is_special(const glm53_tokenizer *tok, int32_t id);
+/* 1 for any added token (special or not), 0 otherwise or for a bad id. */
+GLM53_API int32_t      glm53_tokenizer_is_added(const glm53_tokenizer *tok, int32_t id);
+
+/* GLM53_API_END */
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* GLM53_H */

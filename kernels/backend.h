@@ -1,0 +1,214 @@
+/*
+ * backend.h - the op table every compute backend (kernels/cpu, kernels/cuda) implements.
+ *
+ * The model graph (core/model.c) is written once against this table. A backend owns its memory (activations,
+ * caches, uploaded weights) and runs ops on tensors that live on its device. The CPU backend is also the
+ * reference: every CUDA op is tested against the CPU op of the same name on the same inputs (tests/cuda).
+ *
+ * Conventions for every op below
+ *   - Tensors are contiguous and row-major. "rows" of a tensor = product of all dims but the last.
+ *   - Shapes are given as [dims]; M = rows, the names are the ones used in the model docs (docs/model.md).
+ *   - Activations (x, y) are F32 on the CPU backend; the CUDA backend also accepts BF16 where it says so.
+ *     Weights (w) may be F32, BF16, F16, or F8_E4M3 with a block scale (glm53_tensor.scale).
+ *   - Accumulation is always F32 (F64 nowhere in the engine; F64 is for test references).
+ *   - Outputs never alias inputs unless the op says "in place allowed".
+ *   - An op returns GLM53_OK or a backend failure (CUDA error) through GLM53_FAIL; shape mismatches are
+ *     programming errors and are asserted, not returned.
+ */
+#ifndef GLM53_BACKEND_H
+#define GLM53_BACKEND_H
+
+#include "../core/internal.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct glm53_backend glm53_backend;
+
+typedef enum glm53_unary_op {
+    GLM53_UNARY_SIGMOID  = 0,   /* 1 / (1 + exp(-x)) */
+    GLM53_UNARY_SILU     = 1,   /* x * sigmoid(x) */
+    GLM53_UNARY_GELU     = 2,   /* exact: 0.5 x (1 + erf(x / sqrt 2)) */
+    GLM53_UNARY_SOFTPLUS = 3,   /* log(1 + exp(x)), torch's threshold 20 (x > 20 -> x) */
+    GLM53_UNARY_EXP      = 4,
+    GLM53_UNARY_RELU     = 5,
+} glm53_unary_op;
+
+typedef enum glm53_binary_op {
+    GLM53_BINARY_ADD = 0,
+    GLM53_BINARY_MUL = 1,
+} glm53_binary_op;
+
+struct glm53_backend {
+    const char *name;        /* "cpu", "cuda" */
+    int32_t     device;      /* glm53_device */
+    int32_t     act_dtype;   /* dtype the graph allocates activations in: F32 (cpu), BF16 (cuda) */
+    void       *impl;        /* backend private state (thread pool, streams, handles) */
+
+    /* --- memory ------------------------------------------------------------------------------------------ */
+    /* t->dtype, ndim and shape are set by the caller; alloc sets contiguous strides and data (uninitialised). */
+    glm53_status (*alloc)(glm53_backend *be, glm53_tensor *t);
+    void         (*release)(glm53_backend *be, glm53_tensor *t);   /* frees t->data, sets it to NULL */
+    /* Host <-> backend copies of glm53_tensor_nbytes(t) bytes. On the CPU backend these are memcpy. */
+    glm53_status (*upload)(glm53_backend *be, glm53_tensor *dst, const void *host_src);
+    glm53_status (*download)(glm53_backend *be, void *host_dst, const glm53_tensor *src);
+    /* dst = src, same numel; converts between F32 and BF16 when dtypes differ. */
+    glm53_status (*copy)(glm53_backend *be, glm53_tensor *dst, const glm53_tensor *src);
+    glm53_status (*fill)(glm53_backend *be, glm53_tensor *t, float value);
+    glm53_status (*sync)(glm53_backend *be);
+    void         (*destroy)(glm53_backend *be);
+
+    /* --- linear algebra ---------------------------------------------------------------------------------- */
+    /* y[M,N] = x[M,K] * w[N,K]^T. w: F32, BF16, F16, or F8_E4M3 with scale (dequantised on the fly). */
+    glm53_status (*matmul)(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x, const glm53_tensor *w);
+
+    /* --- normalisation ----------------------------------------------------------------------------------- */
+    /* y[M,D] = x / sqrt(mean(x^2) + eps) * w; w[D] may be NULL (unweighted). In place allowed. */
+    glm53_status (*rmsnorm)(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x, const glm53_tensor *w,
+                            float eps);
+    /* y[M,D] = (x - mean) / sqrt(var + eps) * w + b (biased variance); w, b may be NULL. In place allowed. */
+    glm53_status (*layernorm)(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x, const glm53_tensor *w,
+                              const glm53_tensor *b, float eps);
+    /* y[M,D] = x / sqrt(sum(x^2) + eps) * scale  (FLA's l2norm: eps inside the sqrt). In place allowed. */
+    glm53_status (*l2norm)(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x, float eps, float scale);
+    /* y[M,N] = softmax over each row, max-subtracted. In place allowed. */
+    glm53_status (*softmax)(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x);
+
+    /* --- elementwise ------------------------------------------------------------------------------------- */
+    /* y = op(x), same shape. In place allowed. */
+    glm53_status (*unary)(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x, glm53_unary_op op);
+    /* y[M,N] = a[M,N] op b, where b is [M,N] or a row vector [N] broadcast over rows. In place (y == a). */
+    glm53_status (*binary)(glm53_backend *be, glm53_tensor *y, const glm53_tensor *a, const glm53_tensor *b,
+                           glm53_binary_op op);
+    /* y = alpha * x + beta * y_old (beta 0: y_old is not read). Same shape. */
+    glm53_status (*axpby)(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x, float alpha, float beta);
+    /* Clamped SwiGLU: y[M,F] = silu(min(gate, limit)) * clamp(up, -limit, limit); limit <= 0: no clamp. */
+    glm53_status (*swiglu)(glm53_backend *be, glm53_tensor *y, const glm53_tensor *gate, const glm53_tensor *up,
+                           float limit);
+
+    /* --- convolution ------------------------------------------------------------------------------------- */
+    /* Depthwise causal conv1d. x[T+K-1, C] holds K-1 history rows then T new rows; w[C,K] (the checkpoint's
+     * [C,1,K] viewed 2-D) may be F32 or BF16. y[T,C][t][c] = sum_i w[c][i] * x[t+i][c]. */
+    glm53_status (*conv1d_causal)(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x,
+                                  const glm53_tensor *w);
+
+    /* --- selection and indexing -------------------------------------------------------------------------- */
+    /* Per row of x[M,N] (F32): the k largest values, descending; ties go to the lower index; NaN never wins.
+     * vals[M,k] F32, idx[M,k] I32. k <= N. */
+    glm53_status (*topk)(glm53_backend *be, glm53_tensor *vals, glm53_tensor *idx, const glm53_tensor *x,
+                         int32_t k);
+    /* y[M,D] = table[ids[m]] (embedding lookup). table: any weight dtype; ids I32 [M], each in [0, V). */
+    glm53_status (*gather_rows)(glm53_backend *be, glm53_tensor *y, const glm53_tensor *table,
+                                const glm53_tensor *ids);
+    /* y[ids[m]] = x[m] for m in [0, M); y[V,D], x[M,D]; ids distinct. */
+    glm53_status (*scatter_rows)(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x,
+                                 const glm53_tensor *ids);
+
+    /* === GLM-5.3 model ops ===================================================================================
+     * The blocks of glm53-architecture.md section 4 that are more than a chain of the ops above. S = hc_mult
+     * residual streams, D = hidden size, T = rows of one sequence in this step, N = rows of the whole batch.
+     */
+
+    /* --- mHC (manifold-constrained hyper-connections), section 4.3 --------------------------------------- */
+    /* H[N,S,D] = x[N,D] copied into every stream (the embedding enters all S streams). */
+    glm53_status (*mhc_expand)(glm53_backend *be, glm53_tensor *H, const glm53_tensor *x);
+    /* The pre step of one site: from streams H[N,S,D] and the site's fn[(2+S)*S, S*D] (F32/BF16 weight),
+     * base[(2+S)*S] and scale[3] (F32): m = rmsnorm_unweighted(flatten(H), rms_eps) * fn^T, then
+     *   pre[k] = sigmoid(m[k]*scale[0] + base[k]) + hc_eps              (k < S)
+     *   post[N,S][k] = 2*sigmoid(m[S+k]*scale[1] + base[S+k])
+     *   comb[N,S,S] = sinkhorn(m[2S+..]*scale[2] + base[2S+..])          (row softmax + hc_eps, column norm,
+     *                 then iters-1 x (row norm, column norm), every denominator + hc_eps)
+     *   x[N,D] = sum_k pre[k] * H[k].
+     * post and comb are F32; x is an activation. */
+    glm53_status (*mhc_pre)(glm53_backend *be, glm53_tensor *x, glm53_tensor *post, glm53_tensor *comb,
+                            const glm53_tensor *H, const glm53_tensor *fn, const glm53_tensor *base,
+                            const glm53_tensor *scale, float rms_eps, float hc_eps, int32_t sinkhorn_iters);
+    /* The post step: H_out[N,S,D][k] = post[k] * y[N,D] + sum_j comb[j][k] * H_in[j]  (comb applied
+     * transposed). H_out must not alias H_in. */
+    glm53_status (*mhc_post)(glm53_backend *be, glm53_tensor *H_out, const glm53_tensor *y,
+                             const glm53_tensor *H_in, const glm53_tensor *post, const glm53_tensor *comb);
+    /* y[N,D] = mean over the S streams of H[N,S,D] (the final collapse). */
+    glm53_status (*mhc_mean)(glm53_backend *be, glm53_tensor *y, const glm53_tensor *H);
+
+    /* --- KDA (Kimi delta attention), section 4.5 -------------------------------------------------------- */
+    /* Per-channel forget gate, F32 out: with f[N,C] (C = heads*dk), A_log[heads], dt_bias[C] (F32 weights),
+     *   has_lower_bound: g = lower_bound * sigmoid(exp(A_log[h]) * (f + dt_bias))
+     *   else:            g = -exp(A_log[h]) * softplus(f + dt_bias)        (torch threshold 20)
+     * where h = channel / dk. */
+    glm53_status (*kda_gate)(glm53_backend *be, glm53_tensor *g, const glm53_tensor *f, const glm53_tensor *A_log,
+                             const glm53_tensor *dt_bias, int32_t has_lower_bound, float lower_bound);
+    /* The delta-rule recurrence of one sequence over its T rows, token by token, state in F32:
+     *   S <- S * exp(g_t) (row i scaled by exp(g_t[i])); u = beta_t * (v_t - S^T k_t); S <- S + k_t u^T;
+     *   o_t = S^T q_t.
+     * q[T,H,dk] and k[T,H,dk] arrive L2-normalised (q also scaled by dk^-1/2); v[T,H,dv]; g[T,H,dk] and
+     * beta[T,H] F32; o[T,H,dv]. state[H,dk,dv] F32 is read at the start and holds the final state at the end
+     * (in/out). snapshots is NULL or an array of T pointers: a non-NULL snapshots[t] ([H,dk,dv] F32) receives
+     * the state after row t (speculative rollback). A snapshot may be the same tensor as state. */
+    glm53_status (*kda_recurrent)(glm53_backend *be, glm53_tensor *o, const glm53_tensor *q, const glm53_tensor *k,
+                                  const glm53_tensor *v, const glm53_tensor *g, const glm53_tensor *beta,
+                                  glm53_tensor *state, glm53_tensor *const *snapshots);
+    /* KDA output norm: per row of x[M,d] (M = N*heads): y = rmsnorm(x, w[d], eps) * sigmoid(gate), in F32,
+     * one rounding at the end. gate[M,d]. In place allowed (y == x). */
+    glm53_status (*rmsnorm_gated)(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x,
+                                  const glm53_tensor *gate, const glm53_tensor *w, float eps);
+
+    /* --- KPool indexer and sparse MLA, sections 4.6-4.7 ------------------------------------------------- */
+    /* Pooled keys of n_pools closed pools of P tokens: for pool g and channel c,
+     *   a_i = sigma[g*P+i][c] + ape[i][c];  pi = softmax_i(a);  pooled[g][c] = sum_i pi_i * kappa[g*P+i][c].
+     * kappa[n_pools*P, dI], sigma[n_pools*P, dI] (activations), ape[P, dI] weight, pooled[n_pools, dI] F32. */
+    glm53_status (*kpool_compress)(glm53_backend *be, glm53_tensor *pooled, const glm53_tensor *kappa,
+                                   const glm53_tensor *sigma, const glm53_tensor *ape);
+    /* Indexer scores of T query rows of one sequence against its G pooled keys:
+     *   scores[t][g] = sum_h w[t][h] * relu(scale * Q[t,h] . pooled[g])   for g < n_closed[t]
+     *   scores[t][g] = -inf                                               otherwise (not yet closed for row t)
+     * Q[T,Hi,dI] activation, w[T,Hi] F32 (already times Hi^-1/2), pooled[G,dI] F32, n_closed[T] I32, scores[T,G]
+     * F32. */
+    glm53_status (*kpool_score)(glm53_backend *be, glm53_tensor *scores, const glm53_tensor *Q,
+                                const glm53_tensor *w, const glm53_tensor *pooled, const glm53_tensor *n_closed,
+                                float scale);
+    /* Selected token positions per query row, from its scores (or none when every closed pool fits):
+     * for the row at absolute position p, L = p + 1 visible tokens, G = L / P closed pools:
+     *   G <= n_select: pools 0..G-1;  else the n_select best pools by score (ties to the lower pool);
+     *   each pool g expands to positions g*P .. g*P+P-1; then, with_tail, the open pool's L - L%P .. L-1.
+     * idx[T, n_select*P + (with_tail ? P-1 : 0)] I32, -1 padded. pos[T] I32 are the rows' absolute
+     * positions. scores[T,G] F32 (G >= the largest row's closed pool count). A row with no position at all
+     * (possible only without the tail) makes sparse_mla write zeros for it. */
+    glm53_status (*kpool_select)(glm53_backend *be, glm53_tensor *idx, const glm53_tensor *scores,
+                                 const glm53_tensor *pos, int32_t pool_size, int32_t n_select, int32_t with_tail);
+    /* Sparse MLA over latent rows, absorbed form. For row t and head h, with the key rows Wk = kv_b[h*(dk+dv)
+     * .. +dk) and value rows Wv = kv_b[h*(dk+dv)+dk .. +dv) of kv_b[H*(dk+dv), R]:
+     *   qh = Wk^T q[t,h] (R);  s_j = scale * qh . latent[j] for j in idx[t] (-1 entries skipped);
+     *   p = softmax(s);  o[t,h] = Wv (sum_j p_j latent[j]).
+     * q[T,H,dk], latent[cap,R] (the sequence's latent cache), idx[T,W] I32, o[T,H,dv]. */
+    glm53_status (*sparse_mla)(glm53_backend *be, glm53_tensor *o, const glm53_tensor *q,
+                               const glm53_tensor *latent, const glm53_tensor *idx, const glm53_tensor *kv_b,
+                               float scale);
+
+    /* --- MoE, section 4.8 ------------------------------------------------------------------------------- */
+    /* Router selection from F32 logits[N,E] and bias[E] (e_score_correction_bias, F32):
+     *   s = sigmoid(logits); s' = s + bias; with n_group > 1 keep the topk_group groups with the largest
+     *   (sum of the two largest s' in the group) and mask the rest; ids = top-k of s' (ties to lower id);
+     *   w = s[ids], divided by (sum + 1e-20) when norm, times scaling.
+     * ids[N,k] I32, weights[N,k] F32. */
+    glm53_status (*moe_route)(glm53_backend *be, glm53_tensor *ids, glm53_tensor *weights,
+                              const glm53_tensor *logits, const glm53_tensor *bias, int32_t n_group,
+                              int32_t topk_group, int32_t norm, float scaling);
+    /* Routed experts: y[N,D] = sum_k weights[n,k] * down_e(swiglu(gate_e x, up_e x, limit)), e = ids[n,k].
+     * gate[E], up[E]: [F,D] and down[E]: [D,F] expert weights (any weight dtype). y is overwritten. */
+    glm53_status (*moe_experts)(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x,
+                                const glm53_tensor *ids, const glm53_tensor *weights,
+                                const glm53_tensor *const *gate, const glm53_tensor *const *up,
+                                const glm53_tensor *const *down, int32_t n_experts, float limit);
+};
+
+/* Backend constructors. n_threads 0 = all online cores. cuda returns GLM53_ERR_BACKEND when the library was
+ * built without CUDA or no device is present. */
+glm53_status glm53_backend_cpu_create(int32_t n_threads, glm53_backend **out);
+glm53_status glm53_backend_cuda_create(int32_t device_ordinal, glm53_backend **out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* GLM53_BACKEND_H */

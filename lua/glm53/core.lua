@@ -1,0 +1,70 @@
+--[[
+glm53.core - loads libglm53 through the LuaJIT FFI and holds what every module shares.
+
+Returns { ffi = ffi, C = <the loaded library>, errmsg = fn, status_name = fn, path = <library path> }.
+The ffi.cdef comes from lua/glm53/cdef.lua, which scripts/gen_cdef.lua derives from core/glm53.h.
+
+Where the library is looked for, in order:
+  1. $GLM53_LIB (a full path to libglm53.so)
+  2. $GLM53_BUILD/libglm53.so (a build directory)
+  3. build/libglm53.so next to this source tree (a checkout after `make`)
+  4. libglm53.so on package.cpath (where `luarocks make` installs it)
+  5. the system linker path (ffi.load "glm53")
+]]
+local ffi = require("ffi")
+
+ffi.cdef(require("glm53.cdef"))
+
+local function exists(path)
+    local f = path and io.open(path, "rb")
+    if f then f:close() return true end
+    return false
+end
+
+local function source_root()
+    local src = debug.getinfo(1, "S").source
+    if src:sub(1, 1) ~= "@" then return nil end
+    -- .../lua/glm53/core.lua -> ...
+    return src:sub(2):match("^(.*)/lua/glm53/core%.lua$") or
+           (src:sub(2) == "lua/glm53/core.lua" and ".") or nil
+end
+
+local function find_library()
+    local candidates = {}
+    local env_lib, env_build = os.getenv("GLM53_LIB"), os.getenv("GLM53_BUILD")
+    if env_lib then candidates[#candidates + 1] = env_lib end
+    if env_build then candidates[#candidates + 1] = env_build .. "/libglm53.so" end
+    local root = source_root()
+    if root then candidates[#candidates + 1] = root .. "/build/libglm53.so" end
+    local on_cpath = package.searchpath and package.searchpath("libglm53", package.cpath)
+    if on_cpath then candidates[#candidates + 1] = on_cpath end
+    for _, path in ipairs(candidates) do
+        if exists(path) then return path end
+    end
+    return "glm53"
+end
+
+local path = find_library()
+local ok, C = pcall(ffi.load, path)
+if not ok then
+    error("glm53: cannot load the C library (" .. tostring(C) .. "); run `make` first or set GLM53_LIB", 0)
+end
+
+local M = { ffi = ffi, C = C, path = path }
+
+-- The calling thread's last error message from the C core.
+function M.errmsg()
+    return ffi.string(C.glm53_last_error())
+end
+
+function M.status_name(status)
+    return ffi.string(C.glm53_status_name(status))
+end
+
+-- Wraps a status for the `nil, err` convention: returns true, or nil and "GLM53_ERR_X: message".
+function M.check(status)
+    if status == 0 then return true end
+    return nil, M.status_name(status) .. ": " .. M.errmsg()
+end
+
+return M

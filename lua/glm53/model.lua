@@ -1,0 +1,194 @@
+--[[
+glm53.model - load a model, make sequences (caches), run batched steps.
+
+    local model = require("glm53.model")
+    local m = assert(model.load("models/tiny", { device = "cpu", threads = 2 }))
+    local seq = assert(m:seq({ max_tokens = 512 }))
+    local batch = m:batch({ rows = 512 })             -- reusable buffers; make once, reuse every step
+    batch:add(seq, { 1, 2, 3 })                       -- prefill; only the last row's logits by default
+    assert(m:step(batch))
+    local logits = batch:logits(0)                    -- float* [vocab] of output row 0
+    batch:clear(); batch:add(seq, { m:argmax(logits) })   -- decode
+    assert(m:step(batch))
+
+A batch may hold several sequences (each at most once per step). `batch:add(seq, tokens, "all")` asks for the
+logits of every row of that sequence. Output rows are numbered in the order they were added.
+Argument errors raise; runtime failures (cache full, token out of range, backend error) return nil, err.
+]]
+local core = require("glm53.core")
+local ffi, C = core.ffi, core.C
+
+local M = {}
+
+local Model = {}
+Model.__index = Model
+local Seq = {}
+Seq.__index = Seq
+local Batch = {}
+Batch.__index = Batch
+
+local devices = { cpu = C.GLM53_DEVICE_CPU, cuda = C.GLM53_DEVICE_CUDA }
+
+-- opts: device ("cpu" | "cuda"), threads, cuda_device, load_mtp (default true), cache_bytes_max.
+function M.load(path, opts)
+    if type(path) ~= "string" then error("model.load: path must be a string", 2) end
+    opts = opts or {}
+    local p = C.glm53_model_default_params()
+    if opts.device ~= nil then
+        p.device = devices[opts.device] or error("model.load: device must be 'cpu' or 'cuda'", 2)
+    end
+    if opts.threads ~= nil then p.n_threads = opts.threads end
+    if opts.cuda_device ~= nil then p.cuda_device = opts.cuda_device end
+    if opts.load_mtp ~= nil then p.load_mtp = opts.load_mtp and 1 or 0 end
+    if opts.cache_bytes_max ~= nil then p.cache_bytes_max = opts.cache_bytes_max end
+    local out = ffi.new("glm53_model *[1]")
+    local ok, err = core.check(C.glm53_model_load(path, p, out))
+    if not ok then return nil, err end
+    local self = setmetatable({ _h = ffi.gc(out[0], C.glm53_model_free), path = path }, Model)
+    self.config = C.glm53_model_config_get(self._h)
+    self.vocab_size = self.config.text.vocab_size
+    self.hidden_size = self.config.text.hidden_size
+    self.device = opts.device or "cpu"
+    return self
+end
+
+local function model_handle(self)
+    if self._h == nil then error("model: used after free()", 3) end
+    return self._h
+end
+
+function Model:free()
+    if self._h ~= nil then
+        C.glm53_model_free(ffi.gc(self._h, nil))
+        self._h = nil
+    end
+end
+
+function Model:weight_bytes() return tonumber(C.glm53_model_weight_bytes(model_handle(self))) end
+function Model:cache_bytes() return tonumber(C.glm53_model_cache_bytes(model_handle(self))) end
+
+-- Index of the largest of n floats at ptr (default: one row of logits).
+function Model:argmax(ptr, n)
+    return tonumber(C.glm53_argmax_f32(ptr, n or self.vocab_size))
+end
+
+-- opts: max_tokens (default 4096), max_rollback (default 16).
+function Model:seq(opts)
+    opts = opts or {}
+    local p = C.glm53_seq_default_params()
+    if opts.max_tokens ~= nil then p.max_tokens = opts.max_tokens end
+    if opts.max_rollback ~= nil then p.max_rollback = opts.max_rollback end
+    local out = ffi.new("glm53_seq *[1]")
+    local ok, err = core.check(C.glm53_seq_create(model_handle(self), p, out))
+    if not ok then return nil, err end
+    return setmetatable({ _h = ffi.gc(out[0], C.glm53_seq_free), model = self }, Seq)
+end
+
+local function seq_handle(self)
+    if self._h == nil then error("seq: used after free()", 3) end
+    return self._h
+end
+
+function Seq:length() return tonumber(C.glm53_seq_length(seq_handle(self))) end
+function Seq:capacity() return tonumber(C.glm53_seq_capacity(seq_handle(self))) end
+function Seq:cache_bytes() return tonumber(C.glm53_seq_cache_bytes(seq_handle(self))) end
+
+-- A new sequence sharing the first n tokens (default: all) of this one.
+function Seq:fork(n)
+    local out = ffi.new("glm53_seq *[1]")
+    local ok, err = core.check(C.glm53_seq_fork(seq_handle(self), n or self:length(), out))
+    if not ok then return nil, err end
+    return setmetatable({ _h = ffi.gc(out[0], C.glm53_seq_free), model = self.model }, Seq)
+end
+
+function Seq:truncate(n)
+    if type(n) ~= "number" then error("seq:truncate: n must be a number", 2) end
+    return core.check(C.glm53_seq_truncate(seq_handle(self), n))
+end
+
+function Seq:free()
+    if self._h ~= nil then
+        C.glm53_seq_free(ffi.gc(self._h, nil))
+        self._h = nil
+    end
+end
+
+-- opts: rows (row capacity, default 4096), seqs (default 64), outputs (output row capacity, default = seqs),
+-- hidden (also return final hidden states, default false).
+function Model:batch(opts)
+    opts = opts or {}
+    local rows, seqs = opts.rows or 4096, opts.seqs or 64
+    local outputs = opts.outputs or seqs
+    local b = setmetatable({
+        model = self, cap_rows = rows, cap_seqs = seqs, cap_out = outputs,
+        seq_ptrs = ffi.new("glm53_seq *[?]", seqs),
+        n_rows = ffi.new("int32_t[?]", seqs),
+        tokens = ffi.new("int32_t[?]", rows),
+        want = ffi.new("uint8_t[?]", rows),
+        logits_buf = ffi.new("float[?]", outputs * self.vocab_size),
+        hidden_buf = opts.hidden and ffi.new("float[?]", outputs * self.hidden_size) or nil,
+        c = ffi.new("glm53_batch"),
+        out = ffi.new("glm53_step_output"),
+        seq_objs = {},
+    }, Batch)
+    b:clear()
+    return b
+end
+
+function Batch:clear()
+    self.n_seqs, self.total, self.n_out = 0, 0, 0
+    for i = #self.seq_objs, 1, -1 do self.seq_objs[i] = nil end
+end
+
+-- Appends rows for seq: tokens is a Lua array of ids, or a cdata int32_t* with count n. outputs: "last"
+-- (default) or "all" rows of this sequence produce logits.
+function Batch:add(seq, tokens, outputs, n)
+    if getmetatable(seq) ~= Seq then error("batch:add: seq must be a sequence", 2) end
+    local count = type(tokens) == "table" and #tokens or n
+    if type(count) ~= "number" or count < 1 then error("batch:add: need at least one token", 2) end
+    if self.n_seqs >= self.cap_seqs then error("batch:add: batch holds at most " .. self.cap_seqs .. " sequences", 2) end
+    if self.total + count > self.cap_rows then error("batch:add: batch holds at most " .. self.cap_rows .. " rows", 2) end
+    local all = outputs == "all"
+    local n_out = all and count or 1
+    if self.n_out + n_out > self.cap_out then error("batch:add: batch holds at most " .. self.cap_out .. " output rows", 2) end
+    local base = self.total
+    if type(tokens) == "table" then
+        for i = 1, count do self.tokens[base + i - 1] = tokens[i] end
+    else
+        ffi.copy(self.tokens + base, tokens, count * 4)
+    end
+    for i = 0, count - 1 do self.want[base + i] = (all or i == count - 1) and 1 or 0 end
+    self.seq_ptrs[self.n_seqs] = seq_handle(seq)
+    self.n_rows[self.n_seqs] = count
+    self.n_seqs = self.n_seqs + 1
+    self.seq_objs[self.n_seqs] = seq
+    self.total = base + count
+    self.n_out = self.n_out + n_out
+end
+
+-- Output row i (0-based, in add order): float* [vocab]. Valid until the next step on this batch.
+function Batch:logits(i)
+    return self.logits_buf + i * self.model.vocab_size
+end
+
+function Batch:hidden(i)
+    return self.hidden_buf and self.hidden_buf + i * self.model.hidden_size or nil
+end
+
+-- Runs one step over the batch. Returns true, or nil and an error (nothing changed on error).
+function Model:step(batch)
+    if getmetatable(batch) ~= Batch or batch.model ~= self then error("model:step: not a batch of this model", 2) end
+    if batch.n_seqs == 0 then error("model:step: empty batch", 2) end
+    local c, out = batch.c, batch.out
+    c.n_seqs = batch.n_seqs
+    c.seqs = batch.seq_ptrs
+    c.n_rows = batch.n_rows
+    c.tokens = batch.tokens
+    c.want_output = batch.want
+    out.logits = batch.logits_buf
+    out.hidden = batch.hidden_buf
+    out.capacity = batch.cap_out
+    return core.check(C.glm53_model_step(model_handle(self), c, out))
+end
+
+return M

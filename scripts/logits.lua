@@ -1,0 +1,66 @@
+#!/usr/bin/env luajit
+--[[
+logits.lua - the logits of a model at every position of a token sequence, as a .npy file.
+
+    luajit scripts/logits.lua --model DIR --tokens IN.npy --out OUT.npy [--mode prefill|decode|chunked]
+                              [--chunk N] [--device cpu|cuda] [--threads N]
+
+IN.npy is int32 [T]; OUT.npy is float32 [T, vocab]. prefill runs the T tokens in one step; decode runs the
+first token, then one token per step through the cache; chunked runs steps of N tokens. This contract is
+relied on by tests and by the CUDA check; keep it.
+]]
+local script = arg and arg[0] or "scripts/logits.lua"
+package.path = (script:match("^(.*)/[^/]*$") or ".") .. "/../lua/?.lua;" ..
+               (script:match("^(.*)/[^/]*$") or ".") .. "/../lua/?/init.lua;" .. package.path
+
+local cli = require("glm53.cli")
+local args = cli.parse(arg, {
+    usage = "luajit scripts/logits.lua --model DIR --tokens IN.npy --out OUT.npy [options]",
+    options = {
+        model = { required = true, metavar = "DIR", help = "checkpoint directory" },
+        tokens = { required = true, metavar = "IN.npy", help = "int32 [T] token ids" },
+        out = { required = true, metavar = "OUT.npy", help = "float32 [T, vocab] logits" },
+        mode = { default = "prefill", choices = { "prefill", "decode", "chunked" } },
+        chunk = { type = "number", default = 16, help = "rows per step in chunked mode" },
+        device = { default = "cpu", choices = { "cpu", "cuda" } },
+        threads = { type = "number", default = 0, help = "CPU threads (0 = all cores)" },
+    },
+})
+
+local ffi = require("ffi")
+local npy = require("glm53.npy")
+local model = require("glm53.model")
+
+local function die(msg)
+    io.stderr:write("logits.lua: ", msg, "\n")
+    os.exit(1)
+end
+
+local tokens = assert(npy.read(args.tokens))
+if tokens.dtype ~= "<i4" and tokens.dtype ~= "<i8" then die(args.tokens .. ": expected int32 token ids, got " .. tokens.dtype) end
+local T = tokens.n
+if T < 1 then die(args.tokens .. ": no tokens") end
+local ids = ffi.new("int32_t[?]", T)
+for i = 0, T - 1 do ids[i] = tokens.data[i] end
+
+local m, err = model.load(args.model, { device = args.device, threads = args.threads })
+if not m then die(err) end
+local seq = assert(m:seq({ max_tokens = T }))
+local step = args.mode == "prefill" and T or args.mode == "decode" and 1 or args.chunk
+if step < 1 then die("--chunk must be >= 1") end
+
+local V = m.vocab_size
+local out = ffi.new("float[?]", T * V)
+local batch = m:batch({ rows = step, seqs = 1, outputs = step })
+local pos = 0
+while pos < T do
+    local n = math.min(step, T - pos)
+    batch:clear()
+    batch:add(seq, ids + pos, "all", n)
+    local ok, step_err = m:step(batch)
+    if not ok then die(step_err) end
+    ffi.copy(out + pos * V, batch:logits(0), n * V * 4)
+    pos = pos + n
+end
+local ok, werr = npy.write(args.out, "<f4", { T, V }, out)
+if not ok then die(werr) end

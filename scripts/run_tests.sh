@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Runs every test suite and ends with one line "N passed, M failed" over all of them:
+#   1. C tests (ctest) in the normal build;
+#   2. the bad-input C tests (ctest label "asan") again in an AddressSanitizer + UBSan build;
+#   3. Lua tests (busted under LuaJIT).
+# Usage: scripts/run_tests.sh [build-dir]
+set -uo pipefail
+build=${1:-build}
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+passed=0; failed=0
+
+count_ctest() {   # reads ctest output on stdin, adds its counts
+  local out; out=$(cat); printf '%s\n' "$out"
+  local line; line=$(printf '%s\n' "$out" | grep -E 'tests passed, [0-9]+ tests? failed out of' | tail -1)
+  if [ -z "$line" ]; then failed=$((failed + 1)); return; fi
+  local f t; f=$(sed -E 's/.* ([0-9]+) tests? failed out of ([0-9]+).*/\1/' <<<"$line")
+  t=$(sed -E 's/.* failed out of ([0-9]+).*/\1/' <<<"$line")
+  passed=$((passed + t - f)); failed=$((failed + f))
+}
+
+echo "== C tests (ctest, $build)"
+(cd "$build" && ctest --output-on-failure -j "$(nproc)" 2>&1) | count_ctest
+
+echo "== bad-input C tests under AddressSanitizer (build-asan)"
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DGLM53_SANITIZE=ON -DGLM53_CUDA=OFF >/dev/null &&
+  cmake --build build-asan -j "$(nproc)" >/dev/null 2>&1 || echo "asan build failed"
+(cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -L asan 2>&1) | count_ctest
+
+echo "== Lua tests (busted, LuaJIT)"
+bout=$(GLM53_BUILD="$root/$build" busted --lua=luajit -o utfTerminal tests/lua 2>&1); printf '%s\n' "$bout"
+bline=$(printf '%s\n' "$bout" | grep -E '[0-9]+ success' | tail -1)
+if [ -z "$bline" ]; then
+  failed=$((failed + 1))
+else
+  s=$(grep -oE '[0-9]+ success' <<<"$bline" | grep -oE '[0-9]+')
+  f=$(grep -oE '[0-9]+ failure' <<<"$bline" | grep -oE '[0-9]+' || echo 0)
+  e=$(grep -oE '[0-9]+ error' <<<"$bline" | grep -oE '[0-9]+' || echo 0)
+  passed=$((passed + s)); failed=$((failed + f + e))
+fi
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
