@@ -109,7 +109,7 @@ typedef enum glm53_device {
     GLM53_DEVICE_CUDA = 1,
 } glm53_device;
 
-enum { GLM53_MAX_DIMS = 4 };
+enum { GLM53_MAX_DIMS = 5 };
 
 /* A view of n-dimensional data. Checkpoint tensors point into the mmapped file (read-only); model tensors
  * may live on a device. `stride` counts elements. `scale` is set on F8_E4M3 weights that have a

@@ -438,7 +438,7 @@ static glm53_tensor reshape(const glm53_tensor *t, int ndim, int64_t d0, int64_t
     v.shape[0] = d0;
     v.shape[1] = d1;
     v.shape[2] = d2;
-    v.shape[3] = 0;
+    for (int i = 3; i < GLM53_MAX_DIMS; i++) v.shape[i] = 0;
     glm53_tensor_set_contiguous(&v);
     return v;
 }

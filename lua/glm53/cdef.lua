@@ -29,7 +29,7 @@ typedef enum glm53_device {
     GLM53_DEVICE_CPU  = 0,
     GLM53_DEVICE_CUDA = 1,
 } glm53_device;
-enum { GLM53_MAX_DIMS = 4 };
+enum { GLM53_MAX_DIMS = 5 };
 typedef struct glm53_tensor {
     int32_t dtype;
     int32_t device;

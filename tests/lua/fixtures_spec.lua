@@ -1,0 +1,100 @@
+-- GLM-5.3 text model equal to transformers (issue 3, item 1): on every committed fixture, in prefill, decode
+-- and chunked mode, max|logits - reference| / max|reference| <= 1e-3 and the argmax agrees at every position.
+-- The references are float64 logits from transformers' Glm5NextForConditionalGeneration
+-- (tests/fixtures/make_fixtures.py, run on the GPU machine).
+local ffi = require("ffi")
+local npy = require("glm53.npy")
+local model = require("glm53.model")
+local fixtures = require("fixtures")
+
+local TOLERANCE = 1e-3
+
+-- Logits [T, V] of `ids` (int32_t*) on a fresh sequence, `step` rows per step.
+local function run(m, ids, T, step)
+    local V = m.vocab_size
+    local seq = assert(m:seq({ max_tokens = T }))
+    local batch = m:batch({ rows = step, seqs = 1, outputs = step })
+    local out = ffi.new("float[?]", T * V)
+    local pos = 0
+    while pos < T do
+        local n = math.min(step, T - pos)
+        batch:clear()
+        batch:add(seq, ids + pos, "all", n)
+        assert(m:step(batch))
+        ffi.copy(out + pos * V, batch:logits(0), n * V * 4)
+        pos = pos + n
+    end
+    seq:free()
+    return out
+end
+
+-- max|got - ref| / max|ref| and the number of rows whose argmax differs.
+local function compare(got, ref, T, V)
+    local maxd, maxr, flips = 0, 0, 0
+    for t = 0, T - 1 do
+        local best_got, best_ref = 0, 0
+        for v = 0, V - 1 do
+            local i = t * V + v
+            local d = math.abs(got[i] - ref[i])
+            if d ~= d then d = math.huge end
+            if d > maxd then maxd = d end
+            if math.abs(ref[i]) > maxr then maxr = math.abs(ref[i]) end
+            if got[i] > got[t * V + best_got] then best_got = v end
+            if ref[i] > ref[t * V + best_ref] then best_ref = v end
+        end
+        if best_got ~= best_ref then flips = flips + 1 end
+    end
+    return maxd / maxr, flips
+end
+
+local list = fixtures.list()
+
+describe("fixtures", function()
+    it("are present", function()
+        assert.is_true(#list >= 3, "expected the committed fixtures under " .. fixtures.root())
+    end)
+end)
+
+for _, fx in ipairs(list) do
+    describe("fixture " .. fx.name, function()
+        local m, ids, T, ref
+        setup(function()
+            m = assert(model.load(fx.dir, { threads = 2 }))
+            local tokens = assert(npy.read(fx.dir .. "/tokens.npy"))
+            T = tokens.n
+            ids = ffi.new("int32_t[?]", T)
+            for i = 0, T - 1 do ids[i] = tokens.data[i] end
+            ref = assert(npy.read(fx.dir .. "/logits.npy"))
+            assert.are.same({ T, m.vocab_size }, ref.shape)
+        end)
+        teardown(function() m:free() end)
+
+        for _, mode in ipairs({ { "prefill", nil }, { "decode", 1 }, { "chunked", 7 } }) do
+            it(mode[1] .. " matches the float64 reference", function()
+                local got = run(m, ids, T, mode[2] or T)
+                local err, flips = compare(got, ref.data, T, m.vocab_size)
+                print(string.format("  %-22s %-8s rel err %.2e, argmax flips %d/%d", fx.name, mode[1], err, flips, T))
+                assert.is_true(err <= TOLERANCE, string.format("relative error %.3e > %.0e", err, TOLERANCE))
+                assert.are.equal(0, flips)
+            end)
+        end
+    end)
+end
+
+describe("scripts/logits.lua", function()
+    it("keeps its command-line contract (int32 [T] in, float32 [T, vocab] out)", function()
+        local fx = list[1]
+        assert.is_not_nil(fx, "no fixture")
+        local out = os.tmpname()
+        local cmd = string.format("luajit scripts/logits.lua --model %s --tokens %s/tokens.npy --out %s " ..
+                                  "--mode chunked --chunk 5 --threads 2", fx.dir, fx.dir, out)
+        assert.are.equal(0, os.execute(cmd))
+        local got = assert(npy.read(out))
+        os.remove(out)
+        local ref = assert(npy.read(fx.dir .. "/logits.npy"))
+        assert.are.equal("<f4", got.dtype)
+        assert.are.same(ref.shape, got.shape)
+        local err = compare(got.data, ref.data, ref.shape[1], ref.shape[2])
+        assert.is_true(err <= TOLERANCE)
+    end)
+end)
