@@ -271,6 +271,22 @@ typedef struct glm53_step_output {
 
 GLM53_API glm53_status glm53_model_step(glm53_model *model, const glm53_batch *batch, glm53_step_output *out);
 
+/* ------------------------------------------------------------------------------------------------------------
+ * MTP (multi-token prediction) layers, for speculative drafting. The checkpoint stores them after the main
+ * layers (layer 45 in GLM-5.3-Flash); each keeps its own cache in every sequence, with its own length.
+ * A row at MTP position p consumes the target's final hidden h_p (glm53_step_output.hidden of the row at p) and
+ * the token x_{p+1}, and predicts x_{p+2}. Chained drafting feeds a draft step's output hidden (the MTP layer's
+ * post shared_head.norm state) and its drafted token back in at position p+1.
+ */
+GLM53_API int32_t      glm53_model_n_mtp(const glm53_model *model);   /* MTP layers loaded (0: none) */
+/* batch->tokens are the x_{p+1}; hidden_in is host F32 [total rows, hidden_size]. Outputs as glm53_model_step:
+ * the draft logits and, in out->hidden, the MTP output hidden for the next chained step. */
+GLM53_API glm53_status glm53_model_mtp_step(glm53_model *model, int32_t mtp_layer, const glm53_batch *batch,
+                                            const float *hidden_in, glm53_step_output *out);
+GLM53_API int64_t      glm53_seq_mtp_length(const glm53_seq *seq, int32_t mtp_layer);   /* -1: no such layer */
+/* Drops MTP cache positions after n_tokens (any n_tokens <= its length: the MTP cache has no recurrent state). */
+GLM53_API glm53_status glm53_seq_mtp_truncate(glm53_seq *seq, int32_t mtp_layer, int64_t n_tokens);
+
 /* ---- Tokenizer ---- */
 /* Byte-level BPE exactly as HF tokenizers runs it, from a tokenizer.json (model BPE; pre-tokenizers Split with
  * a regex and behavior Isolated, ByteLevel, Sequence of those; normalizer none or NFC; decoder ByteLevel) or

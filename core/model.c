@@ -705,8 +705,13 @@ static void moe_forward(step_ctx *sc, const moe_weights *w, const glm53_tensor *
 /* ------------------------------------------------------------------------------------------------------------
  * The step
  */
+/* Rows a sequence already holds in the cache a step writes: the main layers, or MTP layer mtp_layer. */
+static int64_t seq_position(const glm53_seq *s, int32_t mtp_layer) {
+    return mtp_layer < 0 ? s->length : s->mtp_length[mtp_layer];
+}
+
 static glm53_status validate_batch(glm53_model *m, const glm53_batch *b, const glm53_step_output *out,
-                                   int64_t *n_rows, int64_t *n_out) {
+                                   int32_t mtp_layer, int64_t *n_rows, int64_t *n_out) {
     const glm53_text_config *c = &m->config.text;
     if (!b || b->n_seqs < 1 || !b->seqs || !b->n_rows || !b->tokens)
         return GLM53_FAIL(GLM53_ERR_INVALID_ARG, "model_step: batch needs n_seqs >= 1, seqs, n_rows and tokens");
@@ -719,9 +724,10 @@ static glm53_status validate_batch(glm53_model *m, const glm53_batch *b, const g
             if (b->seqs[j] == s) return GLM53_FAIL(GLM53_ERR_INVALID_ARG, "model_step: sequence %d appears twice", i);
         if (b->n_rows[i] < 1) return GLM53_FAIL(GLM53_ERR_INVALID_ARG, "model_step: sequence %d has %d rows", i,
                                                 b->n_rows[i]);
-        if (s->length + b->n_rows[i] > s->params.max_tokens)
+        int64_t held = seq_position(s, mtp_layer);
+        if (held + b->n_rows[i] > s->params.max_tokens)
             return GLM53_FAIL(GLM53_ERR_CACHE_FULL, "model_step: sequence %d holds %lld of %lld tokens, %d more do not "
-                              "fit", i, (long long)s->length, (long long)s->params.max_tokens, b->n_rows[i]);
+                              "fit", i, (long long)held, (long long)s->params.max_tokens, b->n_rows[i]);
         total += b->n_rows[i];
     }
     int64_t wanted = 0;
@@ -744,15 +750,16 @@ static glm53_status validate_batch(glm53_model *m, const glm53_batch *b, const g
     return GLM53_OK;
 }
 
-static glm53_status run_step(step_ctx *sc, const glm53_batch *b, glm53_step_output *out, int64_t n_out) {
+/* E[N,D]: token rows from the embedding table, caller rows (image/video) scattered over them. */
+static glm53_tensor *embed_rows(step_ctx *sc, const glm53_batch *b) {
     glm53_model *m = sc->m;
     glm53_backend *be = sc->be;
-    const glm53_text_config *c = &m->config.text;
-    int64_t N = sc->N, D = c->hidden_size, S = c->hc_mult, V = c->vocab_size;
-
-    /* Embeddings: token rows from the table, caller rows (image/video) scattered over them. */
+    int64_t N = sc->N, D = m->config.text.hidden_size;
     int32_t *ids_host = malloc((size_t)N * sizeof(int32_t));
-    if (!ids_host) return GLM53_FAIL(GLM53_ERR_OUT_OF_MEMORY, "no memory for token ids");
+    if (!ids_host) {
+        sc->st = GLM53_FAIL(GLM53_ERR_OUT_OF_MEMORY, "no memory for token ids");
+        return NULL;
+    }
     int64_t n_emb = 0;
     for (int64_t r = 0; r < N; r++) {
         bool is_embedding = b->use_embedding && b->use_embedding[r];
@@ -780,7 +787,50 @@ static glm53_status run_step(step_ctx *sc, const glm53_batch *b, glm53_step_outp
         free(emb);
     }
     free(ids_host);
+    return E;
+}
 
+/* The rows whose outputs were asked for, as an I32 tensor [n_out]. */
+static glm53_tensor *output_rows(step_ctx *sc, const glm53_batch *b, int64_t n_out) {
+    int32_t *want = malloc((size_t)n_out * sizeof(int32_t));
+    if (!want) {
+        sc->st = GLM53_FAIL(GLM53_ERR_OUT_OF_MEMORY, "no memory for output rows");
+        return NULL;
+    }
+    int64_t k = 0;
+    if (b->want_output) {
+        for (int64_t r = 0; r < sc->N; r++) if (b->want_output[r]) want[k++] = (int32_t)r;
+    } else {
+        for (int32_t i = 0; i < sc->n_seqs; i++) want[k++] = (int32_t)(sc->slices[i].row0 + sc->slices[i].n_rows - 1);
+    }
+    glm53_tensor *t = upload_i32(sc, want, n_out);
+    free(want);
+    return t;
+}
+
+/* Writes the outputs of the final-normed hidden rows h[n_out, D]: hidden (F32) and logits (F32). */
+static void write_outputs(step_ctx *sc, const glm53_tensor *h, int64_t n_out, glm53_step_output *out) {
+    glm53_backend *be = sc->be;
+    const glm53_text_config *c = &sc->m->config.text;
+    if (out->hidden) {
+        glm53_tensor *h32 = NEW(GLM53_F32, 2, n_out, c->hidden_size, 0);
+        OP(be->copy(be, h32, h));
+        OP(be->download(be, out->hidden, h32));
+    }
+    if (out->logits) {
+        glm53_tensor *logits = NEW(GLM53_F32, 2, n_out, c->vocab_size, 0);
+        OP(be->matmul(be, logits, h, &sc->m->lm_head));
+        OP(be->download(be, out->logits, logits));
+    }
+}
+
+static glm53_status run_step(step_ctx *sc, const glm53_batch *b, glm53_step_output *out, int64_t n_out) {
+    glm53_model *m = sc->m;
+    glm53_backend *be = sc->be;
+    const glm53_text_config *c = &m->config.text;
+    int64_t N = sc->N, D = c->hidden_size, S = c->hc_mult;
+
+    glm53_tensor *E = embed_rows(sc, b);
     glm53_tensor *H = NEW(sc->act, 3, N, S, D), *H2 = NEW(sc->act, 3, N, S, D);
     glm53_tensor *x = NEW(sc->act, 2, N, D, 0), *xn = NEW(sc->act, 2, N, D, 0), *y = NEW(sc->act, 2, N, D, 0);
     glm53_tensor *post = NEW(GLM53_F32, 2, N, S, 0), *comb = NEW(GLM53_F32, 3, N, S, S);
@@ -815,16 +865,7 @@ static glm53_status run_step(step_ctx *sc, const glm53_batch *b, glm53_step_outp
 
     /* Outputs: the final collapse, norm and head for the requested rows only. */
     if (n_out > 0 && (out->logits || out->hidden)) {
-        int32_t *want = malloc((size_t)n_out * sizeof(int32_t));
-        if (!want) return GLM53_FAIL(GLM53_ERR_OUT_OF_MEMORY, "no memory for output rows");
-        int64_t k = 0;
-        if (b->want_output) {
-            for (int64_t r = 0; r < N; r++) if (b->want_output[r]) want[k++] = (int32_t)r;
-        } else {
-            for (int32_t i = 0; i < sc->n_seqs; i++) want[k++] = (int32_t)(sc->slices[i].row0 + sc->slices[i].n_rows - 1);
-        }
-        glm53_tensor *want_t = upload_i32(sc, want, n_out);
-        free(want);
+        glm53_tensor *want_t = output_rows(sc, b, n_out);
         glm53_tensor Hflat = reshape(H, 2, N, S * D, 0);
         glm53_tensor *Ho = NEW(sc->act, 2, n_out, S * D, 0), *hm = NEW(sc->act, 2, n_out, D, 0);
         glm53_tensor *h = NEW(sc->act, 2, n_out, D, 0);
@@ -834,25 +875,73 @@ static glm53_status run_step(step_ctx *sc, const glm53_batch *b, glm53_step_outp
             OP(be->mhc_mean(be, hm, &Ho3));
         }
         OP(be->rmsnorm(be, h, hm, &m->final_norm, c->rms_norm_eps));
-        if (out->hidden) {
-            glm53_tensor *h32 = NEW(GLM53_F32, 2, n_out, D, 0);
-            OP(be->copy(be, h32, h));
-            OP(be->download(be, out->hidden, h32));
-        }
-        if (out->logits) {
-            glm53_tensor *logits = NEW(GLM53_F32, 2, n_out, V, 0);
-            OP(be->matmul(be, logits, h, &m->lm_head));
-            OP(be->download(be, out->logits, logits));
-        }
+        write_outputs(sc, h, n_out, out);
     }
     OP(be->sync(be));
     return sc->st;
 }
 
-glm53_status glm53_model_step(glm53_model *m, const glm53_batch *b, glm53_step_output *out) {
+/* One MTP layer (DeepSeek NextN) over the batch rows; hidden_in[N, D] host F32 (the target's final hidden at the
+ * row's position, or the previous draft step's output hidden):
+ *   z = [rmsnorm(embed(tok), enorm) | rmsnorm(h, hnorm)] * eh_proj^T
+ *   r = z + DSA(rmsnorm(z, input_ln));  out = r + MoE(rmsnorm(r, post_ln));  h' = rmsnorm(out, head_norm)
+ *   logits = h' * lm_head^T, and h' is the hidden the next draft step consumes (post-norm recycling). */
+static glm53_status run_mtp_step(step_ctx *sc, int32_t mtp_layer, const glm53_batch *b, const float *hidden_in,
+                                 glm53_step_output *out, int64_t n_out) {
+    glm53_model *m = sc->m;
+    glm53_backend *be = sc->be;
+    const glm53_text_config *c = &m->config.text;
+    const mtp_weights *w = &m->mtp[mtp_layer];
+    int64_t N = sc->N, D = c->hidden_size;
+    float eps = c->rms_norm_eps;
+
+    glm53_tensor *E = embed_rows(sc, b);
+    glm53_tensor *h32 = NEW(GLM53_F32, 2, N, D, 0), *h = NEW(sc->act, 2, N, D, 0);
+    OP(be->upload(be, h32, hidden_in));
+    OP(be->copy(be, h, h32));
+    /* cat[N, 2D] = [enorm(E) | hnorm(h)], built row by row (each half of a row is contiguous). */
+    glm53_tensor *en = NEW(sc->act, 2, N, D, 0), *hn = NEW(sc->act, 2, N, D, 0);
+    glm53_tensor *cat = NEW(sc->act, 2, N, 2 * D, 0);
+    OP(be->rmsnorm(be, en, E, &w->enorm, eps));
+    OP(be->rmsnorm(be, hn, h, &w->hnorm, eps));
+    for (int64_t r = 0; r < N && sc->st == GLM53_OK; r++) {
+        glm53_tensor row = rows(cat, r, 1);
+        glm53_tensor left = reshape(&row, 2, 1, D, 0), right = left;
+        right.data = (char *)row.data + (size_t)D * glm53_dtype_size((glm53_dtype)sc->act);
+        glm53_tensor e_row = rows(en, r, 1), h_row = rows(hn, r, 1);
+        OP(be->copy(be, &left, &e_row));
+        OP(be->copy(be, &right, &h_row));
+    }
+    glm53_tensor *z = NEW(sc->act, 2, N, D, 0), *u = NEW(sc->act, 2, N, D, 0), *y = NEW(sc->act, 2, N, D, 0);
+    OP(be->matmul(be, z, cat, &w->eh_proj));
+    OP(be->rmsnorm(be, u, z, &w->block.input_norm, eps));
+    if (sc->st == GLM53_OK) dsa_layer(sc, &w->block, c->num_hidden_layers + mtp_layer, u, y);
+    OP(be->binary(be, z, z, y, GLM53_BINARY_ADD));
+    OP(be->rmsnorm(be, u, z, &w->block.post_attn_norm, eps));
+    if (sc->st == GLM53_OK) moe_forward(sc, &w->block.moe, u, y);
+    OP(be->binary(be, z, z, y, GLM53_BINARY_ADD));
+    if (n_out > 0 && (out->logits || out->hidden)) {
+        glm53_tensor *want_t = output_rows(sc, b, n_out);
+        glm53_tensor *zo = NEW(sc->act, 2, n_out, D, 0), *ho = NEW(sc->act, 2, n_out, D, 0);
+        OP(be->gather_rows(be, zo, z, want_t));
+        OP(be->rmsnorm(be, ho, zo, &w->head_norm, eps));
+        write_outputs(sc, ho, n_out, out);
+    }
+    OP(be->sync(be));
+    return sc->st;
+}
+
+/* The step driver shared by the main model (mtp_layer < 0) and the MTP layers. */
+static glm53_status step(glm53_model *m, int32_t mtp_layer, const glm53_batch *b, const float *hidden_in,
+                         glm53_step_output *out) {
     if (!m) return GLM53_FAIL(GLM53_ERR_INVALID_ARG, "model_step: model is NULL");
+    if (mtp_layer >= 0 && mtp_layer >= m->n_mtp)
+        return GLM53_FAIL(m->n_mtp ? GLM53_ERR_OUT_OF_RANGE : GLM53_ERR_UNSUPPORTED,
+                          "mtp_step: MTP layer %d asked for; the model has %d loaded%s", mtp_layer, m->n_mtp,
+                          m->n_mtp ? "" : " (the checkpoint has no MTP layer, or load_mtp was off)");
+    if (mtp_layer >= 0 && !hidden_in) return GLM53_FAIL(GLM53_ERR_INVALID_ARG, "mtp_step: hidden_in is required");
     int64_t N = 0, n_out = 0;
-    GLM53_TRY(validate_batch(m, b, out, &N, &n_out));
+    GLM53_TRY(validate_batch(m, b, out, mtp_layer, &N, &n_out));
     pthread_mutex_lock(&m->lock);
     bool busy = m->stepping;
     m->stepping = true;
@@ -868,13 +957,21 @@ glm53_status glm53_model_step(glm53_model *m, const glm53_batch *b, glm53_step_o
     } else {
         int64_t row = 0;
         for (int32_t i = 0; i < b->n_seqs; i++) {
-            slices[i] = (seq_slice){b->seqs[i], row, b->n_rows[i], b->seqs[i]->length, NULL};
+            slices[i] = (seq_slice){b->seqs[i], row, b->n_rows[i], seq_position(b->seqs[i], mtp_layer), NULL};
             row += b->n_rows[i];
         }
-        st = run_step(&sc, b, out, n_out);
-        for (int32_t i = 0; i < b->n_seqs; i++) glm53_seq_note_step(b->seqs[i], slices[i].pos0, b->n_rows[i], st == GLM53_OK);
+        if (mtp_layer < 0) {
+            st = run_step(&sc, b, out, n_out);
+            for (int32_t i = 0; i < b->n_seqs; i++)
+                glm53_seq_note_step(b->seqs[i], slices[i].pos0, b->n_rows[i], st == GLM53_OK);
+        } else {
+            st = run_mtp_step(&sc, mtp_layer, b, hidden_in, out, n_out);
+        }
         if (st == GLM53_OK) {
-            for (int32_t i = 0; i < b->n_seqs; i++) b->seqs[i]->length += b->n_rows[i];
+            for (int32_t i = 0; i < b->n_seqs; i++) {
+                if (mtp_layer < 0) b->seqs[i]->length += b->n_rows[i];
+                else b->seqs[i]->mtp_length[mtp_layer] += b->n_rows[i];
+            }
             out->n_out = (int32_t)n_out;
         }
     }
@@ -891,3 +988,15 @@ glm53_status glm53_model_step(glm53_model *m, const glm53_batch *b, glm53_step_o
     pthread_mutex_unlock(&m->lock);
     return st;
 }
+
+glm53_status glm53_model_step(glm53_model *m, const glm53_batch *b, glm53_step_output *out) {
+    return step(m, -1, b, NULL, out);
+}
+
+glm53_status glm53_model_mtp_step(glm53_model *m, int32_t mtp_layer, const glm53_batch *b, const float *hidden_in,
+                                  glm53_step_output *out) {
+    if (mtp_layer < 0) return GLM53_FAIL(GLM53_ERR_OUT_OF_RANGE, "mtp_step: MTP layer %d < 0", mtp_layer);
+    return step(m, mtp_layer, b, hidden_in, out);
+}
+
+int32_t glm53_model_n_mtp(const glm53_model *m) { return m ? m->n_mtp : 0; }

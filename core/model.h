@@ -110,6 +110,7 @@ struct glm53_seq {
      * After a rollback and regrowth, slots of abandoned lengths were overwritten; these tell which survived. */
     int64_t         *state_len;    /* [ring] */
     int64_t         *conv_pos;     /* [conv_width] */
+    int64_t         *mtp_length;   /* [n_mtp] positions each MTP layer's cache holds */
     layer_cache     *layers;       /* [num_hidden_layers + n_mtp] (MTP layers after the main ones) */
     int64_t          bytes;
 };

@@ -31,6 +31,7 @@ static void seq_release(glm53_seq *s) {
     free(s->layers);
     free(s->state_len);
     free(s->conv_pos);
+    free(s->mtp_length);
     free(s);
 }
 
@@ -94,8 +95,9 @@ glm53_status glm53_seq_alloc(glm53_model *m, const glm53_seq_params *params, glm
         s->layers = calloc((size_t)(c->num_hidden_layers + m->n_mtp), sizeof *s->layers);
         s->state_len = malloc((size_t)ring * sizeof *s->state_len);
         s->conv_pos = malloc((size_t)conv_width * sizeof *s->conv_pos);
+        s->mtp_length = calloc((size_t)m->n_mtp + 1, sizeof *s->mtp_length);
     }
-    if (!s || !s->layers || !s->state_len || !s->conv_pos)
+    if (!s || !s->layers || !s->state_len || !s->conv_pos || !s->mtp_length)
         st = GLM53_FAIL(GLM53_ERR_OUT_OF_MEMORY, "no memory for a sequence");
     for (int32_t i = 0; st == GLM53_OK && i < ring; i++) s->state_len[i] = i == 0 ? 0 : -1;
     for (int32_t i = 0; st == GLM53_OK && i < conv_width; i++) s->conv_pos[i] = -1;
@@ -182,6 +184,9 @@ glm53_status glm53_seq_fork(const glm53_seq *src, int64_t n_tokens, glm53_seq **
     }
     memcpy(dst->state_len, src->state_len, (size_t)src->ring * sizeof *src->state_len);
     memcpy(dst->conv_pos, src->conv_pos, (size_t)src->conv_width * sizeof *src->conv_pos);
+    /* The MTP caches follow the main one: positions up to n_tokens - 1 pair with a known next token. */
+    for (int32_t i = 0; i < src->model->n_mtp; i++)
+        dst->mtp_length[i] = src->mtp_length[i] < n_tokens ? src->mtp_length[i] : n_tokens;
     dst->length = n_tokens;
     *out = dst;
     return GLM53_OK;
@@ -191,6 +196,9 @@ glm53_status glm53_seq_truncate(glm53_seq *seq, int64_t n_tokens) {
     if (!seq) return GLM53_FAIL(GLM53_ERR_INVALID_ARG, "seq_truncate: seq is NULL");
     GLM53_TRY(check_rollback(seq, n_tokens, "seq_truncate"));
     seq->length = n_tokens;
+    /* MTP positions pair with the token after them; those past the new end paired with dropped tokens. */
+    for (int32_t i = 0; i < seq->model->n_mtp; i++)
+        if (seq->mtp_length[i] > n_tokens) seq->mtp_length[i] = n_tokens;
     return GLM53_OK;
 }
 
@@ -199,6 +207,24 @@ void glm53_seq_note_step(glm53_seq *s, int64_t pos0, int64_t n_rows, bool valid)
         s->state_len[(pos0 + t + 1) % s->ring] = valid ? pos0 + t + 1 : -1;
     for (int64_t t = n_rows > s->conv_width ? n_rows - s->conv_width : 0; t < n_rows; t++)
         s->conv_pos[(pos0 + t) % s->conv_width] = valid ? pos0 + t : -1;
+}
+
+int64_t glm53_seq_mtp_length(const glm53_seq *seq, int32_t mtp_layer) {
+    if (!seq || mtp_layer < 0 || mtp_layer >= seq->model->n_mtp) return -1;
+    return seq->mtp_length[mtp_layer];
+}
+
+glm53_status glm53_seq_mtp_truncate(glm53_seq *seq, int32_t mtp_layer, int64_t n_tokens) {
+    if (!seq) return GLM53_FAIL(GLM53_ERR_INVALID_ARG, "seq_mtp_truncate: seq is NULL");
+    if (mtp_layer < 0 || mtp_layer >= seq->model->n_mtp)
+        return GLM53_FAIL(GLM53_ERR_OUT_OF_RANGE, "seq_mtp_truncate: MTP layer %d of %d", mtp_layer,
+                          seq->model->n_mtp);
+    if (n_tokens < 0 || n_tokens > seq->mtp_length[mtp_layer])
+        return GLM53_FAIL(GLM53_ERR_OUT_OF_RANGE, "seq_mtp_truncate: length %lld is outside [0, %lld]",
+                          (long long)n_tokens, (long long)seq->mtp_length[mtp_layer]);
+    /* The MTP layer's cache is DSA only: rows past the new length are rewritten later, nothing to restore. */
+    seq->mtp_length[mtp_layer] = n_tokens;
+    return GLM53_OK;
 }
 
 int64_t glm53_seq_length(const glm53_seq *seq) { return seq ? seq->length : 0; }

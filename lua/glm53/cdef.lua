@@ -135,6 +135,11 @@ typedef struct glm53_step_output {
     int32_t n_out;
 } glm53_step_output;
 glm53_status glm53_model_step(glm53_model *model, const glm53_batch *batch, glm53_step_output *out);
+int32_t      glm53_model_n_mtp(const glm53_model *model);
+glm53_status glm53_model_mtp_step(glm53_model *model, int32_t mtp_layer, const glm53_batch *batch,
+                                            const float *hidden_in, glm53_step_output *out);
+int64_t      glm53_seq_mtp_length(const glm53_seq *seq, int32_t mtp_layer);
+glm53_status glm53_seq_mtp_truncate(glm53_seq *seq, int32_t mtp_layer, int64_t n_tokens);
 typedef struct glm53_tokenizer glm53_tokenizer;
 typedef enum glm53_encode_flags {
     GLM53_ENCODE_SPECIAL_AS_TEXT = 1,
