@@ -1,0 +1,203 @@
+/*
+ * cpu_backend.c - the CPU backend: construction, memory ops, and the helpers every CPU op shares.
+ *
+ * Memory is plain host memory (64-byte aligned so vector loads of a row start on a cache line); upload and
+ * download are memcpy. Activations are F32. The ops themselves live in ops_*.c; this file fills the op table.
+ */
+#include "cpu_model_ops.h"
+
+#include <stdlib.h>
+
+/* Below this many flops a run stays on the caller: waking workers costs a few microseconds. */
+enum { CPU_PARALLEL_MIN_COST = 1 << 15 };
+
+void cpu_parallel_for(glm53_backend *be, int64_t n_items, int64_t cost_per_item, glm53_pool_fn fn, void *ctx) {
+    if (n_items <= 0) return;
+    if (n_items * cost_per_item < CPU_PARALLEL_MIN_COST) fn(ctx, 0, n_items);
+    else glm53_pool_run(cpu_impl(be)->pool, n_items, fn, ctx);
+}
+
+bool cpu_weight_supported(const glm53_tensor *w) {
+    switch (w->dtype) {
+    case GLM53_F32:
+    case GLM53_BF16:
+    case GLM53_F16: return true;
+    case GLM53_F8_E4M3:
+        return !w->scale || (w->scale->dtype == GLM53_F32 && w->block_rows > 0 && w->block_cols > 0 &&
+                             w->scale->ndim == 2 &&
+                             w->scale->shape[0] * w->block_rows >= w->shape[0] &&
+                             w->scale->shape[1] * w->block_cols >= w->shape[w->ndim - 1]);
+    default: return false;
+    }
+}
+
+const float *cpu_param_f32(const glm53_tensor *p, bool *owned, glm53_status *status) {
+    *owned = false;
+    *status = GLM53_OK;
+    if (p->dtype == GLM53_F32) return (const float *)p->data;
+    if (p->dtype != GLM53_BF16 && p->dtype != GLM53_F16) {
+        *status = GLM53_FAIL(GLM53_ERR_UNSUPPORTED, "cpu: parameter %s has dtype %s, not F32, BF16 or F16",
+                             p->name ? p->name : "(unnamed)", glm53_dtype_name((glm53_dtype)p->dtype));
+        return NULL;
+    }
+    int64_t n = glm53_tensor_numel(p);
+    float *buf = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    if (!buf) {
+        *status = GLM53_FAIL(GLM53_ERR_OUT_OF_MEMORY, "cpu: %lld floats for parameter %s", (long long)n,
+                             p->name ? p->name : "(unnamed)");
+        return NULL;
+    }
+    if (p->dtype == GLM53_BF16)
+        cpu_bf16_to_f32_n(p->data, n, buf);
+    else
+        for (int64_t i = 0; i < n; i++) buf[i] = glm53_f16_to_f32(((const uint16_t *)p->data)[i]);
+    *owned = true;
+    return buf;
+}
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Memory ops
+ */
+static glm53_status cpu_alloc(glm53_backend *be, glm53_tensor *t) {
+    assert(t->ndim >= 0 && t->ndim <= GLM53_MAX_DIMS);
+    glm53_tensor_set_contiguous(t);
+    t->device = GLM53_DEVICE_CPU;
+    size_t nbytes = glm53_tensor_nbytes(t);
+    /* aligned_alloc wants a multiple of the alignment; a zero-size tensor still gets a valid pointer. */
+    size_t rounded = (nbytes + 63) / 64 * 64;
+    t->data = aligned_alloc(64, rounded ? rounded : 64);
+    if (!t->data)
+        return GLM53_FAIL(GLM53_ERR_OUT_OF_MEMORY, "cpu: allocating %zu bytes for %s", nbytes,
+                          t->name ? t->name : "a tensor");
+    return GLM53_OK;
+}
+
+static void cpu_release(glm53_backend *be, glm53_tensor *t) {
+    free(t->data);
+    t->data = NULL;
+}
+
+static glm53_status cpu_upload(glm53_backend *be, glm53_tensor *dst, const void *host_src) {
+    memcpy(dst->data, host_src, glm53_tensor_nbytes(dst));
+    return GLM53_OK;
+}
+
+static glm53_status cpu_download(glm53_backend *be, void *host_dst, const glm53_tensor *src) {
+    memcpy(host_dst, src->data, glm53_tensor_nbytes(src));
+    return GLM53_OK;
+}
+
+/* dst = src (same numel); F32 <-> BF16 converts, BF16 rounding to nearest even. */
+static glm53_status cpu_copy(glm53_backend *be, glm53_tensor *dst, const glm53_tensor *src) {
+    int64_t n = glm53_tensor_numel(src);
+    assert(glm53_tensor_numel(dst) == n);
+    if (dst->dtype == src->dtype) {
+        memcpy(dst->data, src->data, glm53_tensor_nbytes(src));
+    } else if (dst->dtype == GLM53_BF16 && src->dtype == GLM53_F32) {
+        const float *s = src->data;
+        uint16_t *d = dst->data;
+        for (int64_t i = 0; i < n; i++) d[i] = glm53_f32_to_bf16(s[i]);
+    } else if (dst->dtype == GLM53_F32 && src->dtype == GLM53_BF16) {
+        cpu_bf16_to_f32_n(src->data, n, dst->data);
+    } else {
+        return GLM53_FAIL(GLM53_ERR_UNSUPPORTED, "cpu copy: %s -> %s is not a supported conversion",
+                          glm53_dtype_name((glm53_dtype)src->dtype), glm53_dtype_name((glm53_dtype)dst->dtype));
+    }
+    return GLM53_OK;
+}
+
+static glm53_status cpu_fill(glm53_backend *be, glm53_tensor *t, float value) {
+    int64_t n = glm53_tensor_numel(t);
+    switch (t->dtype) {
+    case GLM53_F32:
+        for (int64_t i = 0; i < n; i++) ((float *)t->data)[i] = value;
+        break;
+    case GLM53_BF16: {
+        uint16_t h = glm53_f32_to_bf16(value);
+        for (int64_t i = 0; i < n; i++) ((uint16_t *)t->data)[i] = h;
+        break;
+    }
+    case GLM53_I32:
+        for (int64_t i = 0; i < n; i++) ((int32_t *)t->data)[i] = (int32_t)value;
+        break;
+    default:
+        return GLM53_FAIL(GLM53_ERR_UNSUPPORTED, "cpu fill: dtype %s", glm53_dtype_name((glm53_dtype)t->dtype));
+    }
+    return GLM53_OK;
+}
+
+static glm53_status cpu_sync(glm53_backend *be) { return GLM53_OK; }
+
+static void cpu_destroy(glm53_backend *be) {
+    if (!be) return;
+    cpu_backend *impl = cpu_impl(be);
+    if (impl) glm53_pool_free(impl->pool);
+    free(impl);
+    free(be);
+}
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Construction
+ */
+glm53_status glm53_backend_cpu_create(int32_t n_threads, glm53_backend **out) {
+    *out = NULL;
+    glm53_backend *be = calloc(1, sizeof *be);
+    cpu_backend *impl = calloc(1, sizeof *impl);
+    if (!be || !impl) {
+        free(be);
+        free(impl);
+        return GLM53_FAIL(GLM53_ERR_OUT_OF_MEMORY, "cpu backend: out of memory");
+    }
+    glm53_status st = glm53_pool_create(n_threads, &impl->pool);
+    if (st != GLM53_OK) {
+        free(be);
+        free(impl);
+        return st;
+    }
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    impl->use_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#endif
+    for (int c = 0; c < 256; c++) impl->fp8_table[c] = glm53_fp8_e4m3_to_f32((uint8_t)c);
+
+    be->name = "cpu";
+    be->device = GLM53_DEVICE_CPU;
+    be->act_dtype = GLM53_F32;
+    be->impl = impl;
+    be->alloc = cpu_alloc;
+    be->release = cpu_release;
+    be->upload = cpu_upload;
+    be->download = cpu_download;
+    be->copy = cpu_copy;
+    be->fill = cpu_fill;
+    be->sync = cpu_sync;
+    be->destroy = cpu_destroy;
+    be->matmul = cpu_matmul;
+    be->rmsnorm = cpu_rmsnorm;
+    be->layernorm = cpu_layernorm;
+    be->l2norm = cpu_l2norm;
+    be->softmax = cpu_softmax;
+    be->unary = cpu_unary;
+    be->binary = cpu_binary;
+    be->axpby = cpu_axpby;
+    be->swiglu = cpu_swiglu;
+    be->conv1d_causal = cpu_conv1d_causal;
+    be->topk = cpu_topk;
+    be->gather_rows = cpu_gather_rows;
+    be->scatter_rows = cpu_scatter_rows;
+    be->mhc_expand = cpu_mhc_expand;
+    be->mhc_pre = cpu_mhc_pre;
+    be->mhc_post = cpu_mhc_post;
+    be->mhc_mean = cpu_mhc_mean;
+    be->kda_gate = cpu_kda_gate;
+    be->kda_recurrent = cpu_kda_recurrent;
+    be->rmsnorm_gated = cpu_rmsnorm_gated;
+    be->kpool_compress = cpu_kpool_compress;
+    be->kpool_score = cpu_kpool_score;
+    be->kpool_select = cpu_kpool_select;
+    be->sparse_mla = cpu_sparse_mla;
+    be->moe_route = cpu_moe_route;
+    be->moe_experts = cpu_moe_experts;
+    *out = be;
+    return GLM53_OK;
+}

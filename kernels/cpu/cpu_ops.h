@@ -1,0 +1,158 @@
+/*
+ * cpu_ops.h - private to the CPU backend: its state, the parallel-for helper, small float vector helpers,
+ * the weight-row decoders shared by matmul and gather_rows, and the op entry points the op table points at.
+ *
+ * Vectors are GCC vector extensions (v8f = 8 floats): the build targets x86-64-v2 at -O2, where GCC does not
+ * auto-vectorise float reductions (that would need -ffast-math reassociation), so the 8 lanes are written out.
+ * Each lane is an independent F32 accumulator; lanes are added at the end. No -ffast-math anywhere.
+ */
+#ifndef GLM53_CPU_OPS_H
+#define GLM53_CPU_OPS_H
+
+#include "../backend.h"
+#include "threadpool.h"
+
+#include <assert.h>
+
+typedef struct cpu_backend {
+    glm53_pool *pool;
+    bool        use_avx2;          /* matmul runs its AVX2+FMA build (set from cpuid; tests may clear it) */
+    float       fp8_table[256];    /* E4M3 code -> float, from glm53_fp8_e4m3_to_f32 */
+} cpu_backend;
+
+static inline cpu_backend *cpu_impl(glm53_backend *be) { return (cpu_backend *)be->impl; }
+
+/* Runs fn over [0, n_items) on the pool, or inline when n_items * cost_per_item (rough flops) is too small to
+ * pay for waking the workers. */
+void cpu_parallel_for(glm53_backend *be, int64_t n_items, int64_t cost_per_item, glm53_pool_fn fn, void *ctx);
+
+/* A contiguous F32 activation tensor on this backend: what every op asserts about x and y. */
+static inline bool cpu_is_f32(const glm53_tensor *t) {
+    return t && t->data && t->dtype == GLM53_F32 && glm53_tensor_is_contiguous(t);
+}
+
+/* Last dimension (the "columns" of the rows convention). */
+static inline int64_t cpu_cols(const glm53_tensor *t) { return t->ndim ? t->shape[t->ndim - 1] : 1; }
+
+/* ------------------------------------------------------------------------------------------------------------
+ * 8-lane float vectors
+ */
+typedef float    v8f __attribute__((vector_size(32)));
+typedef uint32_t v8u __attribute__((vector_size(32)));
+typedef uint16_t v8h __attribute__((vector_size(16)));
+
+/* Everything touching v8f is force-inlined: matmul's AVX2 build must get AVX code for it, and v8f never crosses
+ * a real call, so GCC's note that baseline and AVX builds pass 32-byte vectors differently (-Wpsabi) does not
+ * apply here. */
+#define CPU_INLINE __attribute__((always_inline)) static inline
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+/* memcpy loads: unaligned and alias-safe; GCC turns them into single vector moves. */
+CPU_INLINE v8f v8f_load(const float *p) { v8f v; memcpy(&v, p, sizeof v); return v; }
+CPU_INLINE v8f v8f_splat(float f) { return (v8f){f, f, f, f, f, f, f, f}; }
+CPU_INLINE float v8f_sum(const v8f *v) {
+    return (((*v)[0] + (*v)[4]) + ((*v)[1] + (*v)[5])) + (((*v)[2] + (*v)[6]) + ((*v)[3] + (*v)[7]));
+}
+
+/* sum(a[i] * b[i]) with 8 lane accumulators. */
+CPU_INLINE float cpu_dot(const float *a, const float *b, int64_t n) {
+    v8f acc = v8f_splat(0.0f);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) acc += v8f_load(a + i) * v8f_load(b + i);
+    float s = v8f_sum(&acc);
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+CPU_INLINE float cpu_sum(const float *a, int64_t n) {
+    v8f acc = v8f_splat(0.0f);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) acc += v8f_load(a + i);
+    float s = v8f_sum(&acc);
+    for (; i < n; i++) s += a[i];
+    return s;
+}
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Weight decoding: columns [col0, col0 + n) of row `row` of a 2-D weight, as floats.
+ */
+CPU_INLINE void cpu_bf16_to_f32_n(const uint16_t *src, int64_t n, float *dst) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        v8h h;
+        memcpy(&h, src + i, sizeof h);
+        v8u u = __builtin_convertvector(h, v8u) << 16;
+        memcpy(dst + i, &u, sizeof u);
+    }
+    for (; i < n; i++) dst[i] = glm53_bf16_to_f32(src[i]);
+}
+
+/* FP8: each run of columns inside one scale block is decoded through the table and multiplied by that block's
+ * scale (scale[row / block_rows, col / block_cols]); without a scale tensor the codes are the values. */
+CPU_INLINE void cpu_fp8_to_f32_n(const glm53_tensor *w, const float *fp8_table, int64_t row, int64_t col0,
+                                 int64_t n, float *dst) {
+    const uint8_t *src = (const uint8_t *)w->data + row * w->stride[0] + col0;
+    if (!w->scale) {
+        for (int64_t i = 0; i < n; i++) dst[i] = fp8_table[src[i]];
+        return;
+    }
+    const glm53_tensor *s = w->scale;
+    const float *scale_row = (const float *)s->data + (row / w->block_rows) * s->stride[0];
+    for (int64_t i = 0; i < n;) {
+        int64_t col = col0 + i;
+        int64_t run_end = (col / w->block_cols + 1) * w->block_cols - col0;
+        if (run_end > n) run_end = n;
+        float scale = scale_row[col / w->block_cols];
+        for (; i < run_end; i++) dst[i] = fp8_table[src[i]] * scale;
+    }
+}
+
+CPU_INLINE void cpu_weight_row_to_f32(const glm53_tensor *w, const float *fp8_table, int64_t row, int64_t col0,
+                                      int64_t n, float *dst) {
+    int64_t offset = row * w->stride[0] + col0;
+    switch (w->dtype) {
+    case GLM53_F32: memcpy(dst, (const float *)w->data + offset, (size_t)n * sizeof(float)); break;
+    case GLM53_BF16: cpu_bf16_to_f32_n((const uint16_t *)w->data + offset, n, dst); break;
+    case GLM53_F16:
+        for (int64_t i = 0; i < n; i++) dst[i] = glm53_f16_to_f32(((const uint16_t *)w->data)[offset + i]);
+        break;
+    case GLM53_F8_E4M3: cpu_fp8_to_f32_n(w, fp8_table, row, col0, n, dst); break;
+    default: assert(!"weight dtype not decodable");
+    }
+}
+
+/* True for the weight dtypes matmul and gather_rows decode; FP8 scales must be F32 with a block size. */
+bool cpu_weight_supported(const glm53_tensor *w);
+
+/* F32 values of a parameter (norm weight, bias, conv weight) stored as F32 (returned as is), BF16 or F16
+ * (converted into a buffer the caller frees when *owned is set). NULL with *status set on another dtype or on
+ * allocation failure. */
+const float *cpu_param_f32(const glm53_tensor *p, bool *owned, glm53_status *status);
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Ops (the op table entries; shapes and semantics as in backend.h)
+ */
+glm53_status cpu_matmul(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x, const glm53_tensor *w);
+
+glm53_status cpu_rmsnorm(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x, const glm53_tensor *w,
+                         float eps);
+glm53_status cpu_layernorm(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x, const glm53_tensor *w,
+                           const glm53_tensor *b, float eps);
+glm53_status cpu_l2norm(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x, float eps, float scale);
+glm53_status cpu_softmax(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x);
+
+glm53_status cpu_unary(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x, glm53_unary_op op);
+glm53_status cpu_binary(glm53_backend *be, glm53_tensor *y, const glm53_tensor *a, const glm53_tensor *b,
+                        glm53_binary_op op);
+glm53_status cpu_axpby(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x, float alpha, float beta);
+glm53_status cpu_swiglu(glm53_backend *be, glm53_tensor *y, const glm53_tensor *gate, const glm53_tensor *up,
+                        float limit);
+
+glm53_status cpu_conv1d_causal(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x, const glm53_tensor *w);
+
+glm53_status cpu_topk(glm53_backend *be, glm53_tensor *vals, glm53_tensor *idx, const glm53_tensor *x, int32_t k);
+glm53_status cpu_gather_rows(glm53_backend *be, glm53_tensor *y, const glm53_tensor *table,
+                             const glm53_tensor *ids);
+glm53_status cpu_scatter_rows(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x, const glm53_tensor *ids);
+
+#endif /* GLM53_CPU_OPS_H */
