@@ -170,7 +170,8 @@ struct glm53_backend {
     /* Selected token positions per query row, from its scores (or none when every closed pool fits):
      * for the row at absolute position p, L = p + 1 visible tokens, G = L / P closed pools:
      *   G <= n_select: pools 0..G-1;  else the n_select best pools by score (ties to the lower pool);
-     *   each pool g expands to positions g*P .. g*P+P-1; then, with_tail, the open pool's L - L%P .. L-1.
+     *   the chosen pools in ascending order, each expanded to positions g*P .. g*P+P-1; then, with_tail, the
+     *   open pool's L - L%P .. L-1. (The order is pinned so every backend sums attention in the same order.)
      * idx[T, n_select*P + (with_tail ? P-1 : 0)] I32, -1 padded. pos[T] I32 are the rows' absolute
      * positions. scores[T,G] F32 (G >= the largest row's closed pool count). A row with no position at all
      * (possible only without the tail) makes sparse_mla write zeros for it. */
@@ -190,7 +191,8 @@ struct glm53_backend {
      *   s = sigmoid(logits); s' = s + bias; with n_group > 1 keep the topk_group groups with the largest
      *   (sum of the two largest s' in the group) and mask the rest; ids = top-k of s' (ties to lower id);
      *   w = s[ids], divided by (sum + 1e-20) when norm, times scaling.
-     * ids[N,k] I32, weights[N,k] F32. */
+     * ids[N,k] I32, weights[N,k] F32. If the group stage leaves fewer than k experts, the missing slots get
+     * id -1 and weight 0, and moe_experts skips them. */
     glm53_status (*moe_route)(glm53_backend *be, glm53_tensor *ids, glm53_tensor *weights,
                               const glm53_tensor *logits, const glm53_tensor *bias, int32_t n_group,
                               int32_t topk_group, int32_t norm, float scaling);
@@ -200,6 +202,27 @@ struct glm53_backend {
                                 const glm53_tensor *ids, const glm53_tensor *weights,
                                 const glm53_tensor *const *gate, const glm53_tensor *const *up,
                                 const glm53_tensor *const *down, int32_t n_experts, float limit);
+
+    /* === Vision ops ==========================================================================================
+     * The vision tower (glm53-architecture.md section 4.11, core/vision.c) beyond the ops above: its 2-D rotary
+     * embedding and its bidirectional attention within images. M = patch rows, H heads, d head dim. Biases are
+     * the binary op with a row vector; the Conv3d patch embedding and the 2x2 downsample Conv2d are matmuls.
+     */
+    /* 2-D axial RoPE, rotate-half form, on x[M,H,d] (d % 4 == 0) with pos[M,2] I32 = (row, col) per row:
+     *   inv_freq[i] = 1 / theta^(2i / (d/2)) for i < d/4, in F32 (powf, then the reciprocal);
+     *   a[d/2] = [row * inv_freq | col * inv_freq] (F32 products);  e = [a | a];
+     *   y[m,h,j] = x[m,h,j] * cos(e[j]) + r[j] * sin(e[j]),  r = [-x[d/2:], x[:d/2]]   (F32 throughout).
+     * Every head of a row gets the same angles. In place allowed (y == x). */
+    glm53_status (*rope_2d)(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x, const glm53_tensor *pos,
+                            float theta);
+    /* Bidirectional (non-causal) attention within segments: rows [cu[s], cu[s+1]) form segment s and attend
+     * only inside it. For row i of segment s and head h:
+     *   p_j = softmax_j(scale * q[i,h] . k[j,h]) over the rows j of segment s;  o[i,h] = sum_j p_j v[j,h].
+     * q, k, v, o [M,H,d] activations; cu_seqlens [n_seg + 1] I32 on this backend, non-decreasing, cu[0] = 0,
+     * cu[n_seg] = M. Scores, softmax and the sums in F32. o must not alias q, k or v. */
+    glm53_status (*attention_segments)(glm53_backend *be, glm53_tensor *o, const glm53_tensor *q,
+                                       const glm53_tensor *k, const glm53_tensor *v, const glm53_tensor *cu_seqlens,
+                                       float scale);
 };
 
 /* Backend constructors. n_threads 0 = all online cores. cuda returns GLM53_ERR_BACKEND when the library was

@@ -367,6 +367,11 @@ static void select_best_pools(const float *score, int64_t G, int32_t n, int32_t 
     }
 }
 
+static int compare_i32(const void *a, const void *b) {
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
 glm53_status cpu_kpool_select(glm53_backend *be, glm53_tensor *idx, const glm53_tensor *scores,
                               const glm53_tensor *pos, int32_t pool_size, int32_t n_select, int32_t with_tail) {
     int64_t T = idx->shape[0], W = idx->shape[1], G = scores->shape[1];
@@ -385,6 +390,7 @@ glm53_status cpu_kpool_select(glm53_backend *be, glm53_tensor *idx, const glm53_
         } else {
             assert(closed <= G);
             select_best_pools(sv + t * G, closed, n_select, heap);
+            qsort(heap, (size_t)n_select, sizeof *heap, compare_i32);
             for (int32_t s = 0; s < n_select; s++)
                 for (int32_t i = 0; i < pool_size; i++) out[w++] = heap[s] * pool_size + i;
         }
@@ -516,8 +522,10 @@ glm53_status cpu_moe_route(glm53_backend *be, glm53_tensor *ids, glm53_tensor *w
             int64_t best = -1;
             for (int64_t e = 0; e < E; e++)
                 if (keep[e] && (best < 0 || choice[e] > choice[best])) best = e;
+            /* Fewer experts survive the group stage than k: the missing slots route nowhere (id -1, weight 0). */
             out_ids[k] = (int32_t)best;
-            out_w[k] = s[best];
+            out_w[k] = best < 0 ? 0.0f : s[best];
+            if (best < 0) continue;
             sum += s[best];
             keep[best] = false;
         }
@@ -554,7 +562,7 @@ glm53_status cpu_moe_experts(glm53_backend *be, glm53_tensor *y, const glm53_ten
         int64_t m = 0;
         for (int64_t n = 0; n < N; n++)
             for (int64_t k = 0; k < K; k++)
-                if (idv[n * K + k] == e) { rows[m] = (int32_t)n; row_w[m] = wv[n * K + k]; m++; }
+                if (idv[n * K + k] == e) { rows[m] = (int32_t)n; row_w[m] = wv[n * K + k]; m++; }   /* -1: none */
         if (m == 0) continue;
         if (!gate[e] || !up[e] || !down[e]) {
             st = GLM53_FAIL(GLM53_ERR_INVALID_ARG, "moe_experts: expert %d is routed to but has no weights", e);

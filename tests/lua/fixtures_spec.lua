@@ -1,13 +1,13 @@
--- GLM-5.3 text model equal to transformers (issue 3, item 1): on every committed fixture, in prefill, decode
--- and chunked mode, max|logits - reference| / max|reference| <= 1e-3 and the argmax agrees at every position.
+-- GLM-5.3 text model equal to transformers: on every committed fixture, in prefill, decode and chunked mode,
+-- max|logits - reference| / max|reference| within the device's tolerance (CPU: 1e-3 with the argmax agreeing at
+-- every position, issue 3; CUDA: 2e-2 and >= 99% argmax agreement, issue 5 — tests/lua/device.lua).
 -- The references are float64 logits from transformers' Glm5NextForConditionalGeneration
 -- (tests/fixtures/make_fixtures.py, run on the GPU machine).
 local ffi = require("ffi")
 local npy = require("glm53.npy")
 local model = require("glm53.model")
 local fixtures = require("fixtures")
-
-local TOLERANCE = 1e-3
+local device = require("device")
 
 -- Logits [T, V] of `ids` (int32_t*) on a fresh sequence, `step` rows per step.
 local function run(m, ids, T, step)
@@ -59,7 +59,7 @@ for _, fx in ipairs(list) do
     describe("fixture " .. fx.name, function()
         local m, ids, T, ref
         setup(function()
-            m = assert(model.load(fx.dir, { threads = 2 }))
+            m = assert(model.load(fx.dir, device.load_opts()))
             local tokens = assert(npy.read(fx.dir .. "/tokens.npy"))
             T = tokens.n
             ids = ffi.new("int32_t[?]", T)
@@ -73,9 +73,12 @@ for _, fx in ipairs(list) do
             it(mode[1] .. " matches the float64 reference", function()
                 local got = run(m, ids, T, mode[2] or T)
                 local err, flips = compare(got, ref.data, T, m.vocab_size)
-                print(string.format("  %-22s %-8s rel err %.2e, argmax flips %d/%d", fx.name, mode[1], err, flips, T))
-                assert.is_true(err <= TOLERANCE, string.format("relative error %.3e > %.0e", err, TOLERANCE))
-                assert.are.equal(0, flips)
+                print(string.format("  %-5s %-22s %-8s rel err %.2e, argmax agreement %d/%d", device.name, fx.name,
+                                    mode[1], err, T - flips, T))
+                assert.is_true(err <= device.reference,
+                               string.format("relative error %.3e > %.0e", err, device.reference))
+                assert.is_true((T - flips) >= device.argmax_agreement * T,
+                               string.format("argmax agrees at %d of %d positions", T - flips, T))
             end)
         end
     end)
@@ -87,7 +90,7 @@ describe("scripts/logits.lua", function()
         assert.is_not_nil(fx, "no fixture")
         local out = os.tmpname()
         local cmd = string.format("luajit scripts/logits.lua --model %s --tokens %s/tokens.npy --out %s " ..
-                                  "--mode chunked --chunk 5 --threads 2", fx.dir, fx.dir, out)
+                                  "--mode chunked --chunk 5 --threads 2 --device %s", fx.dir, fx.dir, out, device.name)
         assert.are.equal(0, os.execute(cmd))
         local got = assert(npy.read(out))
         os.remove(out)
@@ -95,6 +98,6 @@ describe("scripts/logits.lua", function()
         assert.are.equal("<f4", got.dtype)
         assert.are.same(ref.shape, got.shape)
         local err = compare(got.data, ref.data, ref.shape[1], ref.shape[2])
-        assert.is_true(err <= TOLERANCE)
+        assert.is_true(err <= device.reference)
     end)
 end)

@@ -1,0 +1,466 @@
+/*
+ * cuda_backend.cu - the CUDA backend: construction, device memory, host <-> device copies, and the op table.
+ *
+ * One device, one stream and one cuBLAS handle (with its own workspace) per backend. Every op is enqueued on the
+ * stream and returns at once; upload, download and sync wait for the stream, so they are synchronous from the
+ * caller's view, and they are where errors of earlier kernels surface.
+ *
+ * Device memory comes from a caching allocator. Requests are rounded up to a size bucket (powers of two up to
+ * 1 MiB, then eight buckets per power of two, so at most 12.5% is wasted) and a released block goes to its
+ * bucket's free list instead of back to CUDA; the next request of that bucket takes it without a cudaMalloc.
+ * Because every user of a block is ordered on the one stream, a block can be reused as soon as it is released:
+ * whatever reads it next is queued after whatever used it before. cudaFree happens only when a cudaMalloc fails
+ * (all cached blocks are freed and the cudaMalloc retried) and at destroy.
+ *
+ * Kernels that meet an out-of-range index record the first one in the backend's fault record (device memory);
+ * sync and download read it back with the stream synchronisation they do anyway and report it as
+ * GLM53_ERR_OUT_OF_RANGE, so checking ids never costs a synchronisation of its own.
+ */
+#include "cuda_common.cuh"
+
+#include <mutex>
+#include <new>
+#include <unordered_map>
+#include <vector>
+
+/* Enough for cuBLAS on Hopper (NVIDIA recommends 32 MiB there). */
+static const size_t CUBLAS_WORKSPACE_BYTES = 32u << 20;
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Shared helpers declared in cuda_common.cuh
+ */
+glm53_status cuda_enter(cuda_backend *cb) {
+    CUDA_TRY(cudaSetDevice(cb->device));
+    return GLM53_OK;
+}
+
+glm53_status cuda_smem_optin(cuda_backend *cb, const void *kernel, size_t bytes, const char *what) {
+    if (bytes <= 48u * 1024u) return GLM53_OK;
+    if (bytes > (size_t)cb->smem_optin)
+        return GLM53_FAIL(GLM53_ERR_UNSUPPORTED, "cuda %s: needs %zu bytes of shared memory per block, the device "
+                          "allows %d", what, bytes, cb->smem_optin);
+    CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    return GLM53_OK;
+}
+
+bool cuda_is_act(const glm53_tensor *t) {
+    return t && t->data && (t->dtype == GLM53_F32 || t->dtype == GLM53_BF16) && t->device == GLM53_DEVICE_CUDA &&
+           glm53_tensor_is_contiguous(t);
+}
+
+act_in cuda_act_in(const glm53_tensor *t) {
+    assert(cuda_is_act(t));
+    return act_in{t->data, t->dtype == GLM53_BF16};
+}
+
+act_out cuda_act_out(glm53_tensor *t) {
+    assert(cuda_is_act(t));
+    return act_out{t->data, t->dtype == GLM53_BF16};
+}
+
+glm53_status cuda_weight_ref(const glm53_tensor *w, weight_ref *out, const char *op) {
+    assert(w && w->data && w->device == GLM53_DEVICE_CUDA && glm53_tensor_is_contiguous(w));
+    const char *name = w->name ? w->name : "(unnamed)";
+    *out = weight_ref{w->data, w->dtype, cuda_cols(w), nullptr, 0, 1, 1};
+    switch (w->dtype) {
+    case GLM53_F32:
+    case GLM53_BF16:
+    case GLM53_F16: return GLM53_OK;
+    case GLM53_F8_E4M3: break;
+    default:
+        return GLM53_FAIL(GLM53_ERR_UNSUPPORTED, "cuda %s: weight %s has dtype %s", op, name,
+                          glm53_dtype_name((glm53_dtype)w->dtype));
+    }
+    const glm53_tensor *s = w->scale;
+    if (!s) return GLM53_OK;
+    int64_t rows = glm53_tensor_rows(w), cols = cuda_cols(w);
+    if (s->dtype != GLM53_F32 || s->ndim != 2 || !s->data || s->device != GLM53_DEVICE_CUDA || w->block_rows <= 0 ||
+        w->block_cols <= 0 || s->shape[0] * w->block_rows < rows || s->shape[1] * w->block_cols < cols)
+        return GLM53_FAIL(GLM53_ERR_UNSUPPORTED, "cuda %s: FP8 weight %s has a malformed or host-side scale tensor",
+                          op, name);
+    out->scale = (const float *)s->data;
+    out->scale_stride = s->stride[0];
+    out->block_rows = w->block_rows;
+    out->block_cols = w->block_cols;
+    return GLM53_OK;
+}
+
+glm53_tensor cuda_view_2d(void *data, int32_t dtype, int64_t rows, int64_t cols) {
+    glm53_tensor t = {};
+    t.dtype = dtype;
+    t.device = GLM53_DEVICE_CUDA;
+    t.ndim = 2;
+    t.shape[0] = rows;
+    t.shape[1] = cols;
+    t.data = data;
+    glm53_tensor_set_contiguous(&t);
+    return t;
+}
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Caching allocator
+ */
+struct cuda_allocator {
+    std::mutex mutex;   /* a model may load weights on one thread and step on another */
+    std::unordered_map<size_t, std::vector<void *>> free_blocks;   /* bucket bytes -> cached blocks */
+    std::unordered_map<void *, size_t> live;                       /* block handed out -> its bucket bytes */
+    size_t live_bytes = 0, cached_bytes = 0;
+};
+
+static size_t bucket_bytes(size_t n) {
+    if (n < 256) n = 256;
+    if (n <= ((size_t)1 << 20)) {
+        size_t b = 256;
+        while (b < n) b <<= 1;
+        return b;
+    }
+    size_t top = (size_t)1 << (63 - __builtin_clzll((unsigned long long)n));   /* largest power of two <= n */
+    size_t step = top / 8;
+    return (n + step - 1) / step * step;
+}
+
+/* Gives every cached block back to CUDA. cudaFree waits for the device, so blocks still read by queued work are
+ * safe. Called with the allocator's mutex held. */
+static glm53_status release_cached_blocks(cuda_allocator *a) {
+    for (auto &bucket : a->free_blocks) {
+        for (void *p : bucket.second) CUDA_TRY(cudaFree(p));
+        a->cached_bytes -= bucket.first * bucket.second.size();
+        bucket.second.clear();
+    }
+    return GLM53_OK;
+}
+
+glm53_status cuda_device_alloc(cuda_backend *cb, size_t bytes, void **out, const char *what) {
+    *out = nullptr;
+    cuda_allocator *a = cb->allocator;
+    size_t size = bucket_bytes(bytes);
+    std::lock_guard<std::mutex> lock(a->mutex);
+    try {
+        auto it = a->free_blocks.find(size);
+        if (it != a->free_blocks.end() && !it->second.empty()) {
+            *out = it->second.back();
+            it->second.pop_back();
+            a->cached_bytes -= size;
+        } else {
+            cudaError_t e = cudaMalloc(out, size);
+            if (e == cudaErrorMemoryAllocation && a->cached_bytes > 0) {
+                (void)cudaGetLastError();   /* an allocation failure is not sticky: clear it and retry */
+                GLM53_TRY(release_cached_blocks(a));
+                e = cudaMalloc(out, size);
+            }
+            if (e == cudaErrorMemoryAllocation) {
+                (void)cudaGetLastError();
+                *out = nullptr;
+                return GLM53_FAIL(GLM53_ERR_OUT_OF_MEMORY, "cuda: out of device memory allocating %zu bytes for %s "
+                                  "(%zu bytes in use by this backend)", bytes, what, a->live_bytes);
+            }
+            if (e != cudaSuccess) {
+                *out = nullptr;
+                return GLM53_FAIL(GLM53_ERR_BACKEND, "cuda: cudaMalloc of %zu bytes for %s: %s", size, what,
+                                  cudaGetErrorString(e));
+            }
+        }
+        a->live[*out] = size;
+        a->live_bytes += size;
+    } catch (const std::bad_alloc &) {
+        if (*out) cudaFree(*out);   /* not recorded anywhere yet: give it straight back */
+        *out = nullptr;
+        return GLM53_FAIL(GLM53_ERR_OUT_OF_MEMORY, "cuda: no host memory for the allocator's bookkeeping");
+    }
+    return GLM53_OK;
+}
+
+void cuda_device_free(cuda_backend *cb, void *ptr) {
+    if (!ptr) return;
+    cuda_allocator *a = cb->allocator;
+    std::lock_guard<std::mutex> lock(a->mutex);
+    auto it = a->live.find(ptr);
+    assert(it != a->live.end() && "cuda: releasing memory this backend did not allocate");
+    if (it == a->live.end()) return;
+    size_t size = it->second;
+    a->live.erase(it);
+    a->live_bytes -= size;
+    try {
+        a->free_blocks[size].push_back(ptr);
+        a->cached_bytes += size;
+    } catch (const std::bad_alloc &) {
+        cudaFree(ptr);   /* no room to cache it: hand it back (a synchronising call, but only in this corner) */
+    }
+}
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Small kernels of the memory ops
+ */
+/* y[n] = x[n], F32 <-> BF16 either way. */
+__global__ void convert_kernel(act_out y, act_in x, int64_t n) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        y.store(i, x[i]);
+}
+
+glm53_status cuda_convert(cuda_backend *cb, act_out y, act_in x, int64_t n) {
+    if (n <= 0) return GLM53_OK;
+    convert_kernel<<<cuda_blocks_for(n, 256), 256, 0, cb->stream>>>(y, x, n);
+    CUDA_LAUNCHED("convert");
+    return GLM53_OK;
+}
+
+/* data[n] = pattern, for 2- and 4-byte elements. */
+template <typename T>
+__global__ void fill_kernel(T *data, T pattern, int64_t n) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        data[i] = pattern;
+}
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Memory ops of the table
+ */
+static const char *fault_op_name(int32_t op) {
+    switch (op) {
+    case CUDA_FAULT_GATHER_ROWS: return "gather_rows";
+    case CUDA_FAULT_SCATTER_ROWS: return "scatter_rows";
+    case CUDA_FAULT_SPARSE_MLA: return "sparse_mla";
+    case CUDA_FAULT_KPOOL_SELECT: return "kpool_select";
+    default: return "a kernel";
+    }
+}
+
+/* Waits for the stream and reports what went wrong since the last call: a failed kernel (sticky CUDA error) or
+ * an out-of-range index a kernel recorded. */
+static glm53_status cuda_finish(cuda_backend *cb, const char *what) {
+    CUDA_TRY(cudaMemcpyAsync(cb->fault_host, cb->fault, sizeof(cuda_fault), cudaMemcpyDeviceToHost, cb->stream));
+    CUDA_TRY(cudaStreamSynchronize(cb->stream));
+    CUDA_TRY(cudaGetLastError());
+    if (cb->fault_host->op != CUDA_FAULT_NONE) {
+        cuda_fault f = *cb->fault_host;
+        CUDA_TRY(cudaMemsetAsync(cb->fault, 0, sizeof(cuda_fault), cb->stream));
+        return GLM53_FAIL(GLM53_ERR_OUT_OF_RANGE, "cuda %s: index %lld at position %lld is outside [0, %lld) "
+                          "(recorded by the kernel, reported at %s)", fault_op_name(f.op), f.value, f.position,
+                          f.limit, what);
+    }
+    return GLM53_OK;
+}
+
+static glm53_status cuda_alloc(glm53_backend *be, glm53_tensor *t) {
+    cuda_backend *cb = cuda_impl(be);
+    assert(t->ndim >= 0 && t->ndim <= GLM53_MAX_DIMS);
+    glm53_tensor_set_contiguous(t);
+    t->device = GLM53_DEVICE_CUDA;
+    t->data = nullptr;
+    GLM53_TRY(cuda_enter(cb));
+    return cuda_device_alloc(cb, glm53_tensor_nbytes(t), &t->data, t->name ? t->name : "a tensor");
+}
+
+static void cuda_release(glm53_backend *be, glm53_tensor *t) {
+    if (!t->data) return;
+    cuda_device_free(cuda_impl(be), t->data);
+    t->data = nullptr;
+}
+
+static glm53_status cuda_upload(glm53_backend *be, glm53_tensor *dst, const void *host_src) {
+    cuda_backend *cb = cuda_impl(be);
+    assert(dst->data && dst->device == GLM53_DEVICE_CUDA);
+    GLM53_TRY(cuda_enter(cb));
+    size_t n = glm53_tensor_nbytes(dst);
+    if (n) CUDA_TRY(cudaMemcpyAsync(dst->data, host_src, n, cudaMemcpyHostToDevice, cb->stream));
+    CUDA_TRY(cudaStreamSynchronize(cb->stream));   /* the caller may reuse host_src as soon as we return */
+    return GLM53_OK;
+}
+
+static glm53_status cuda_download(glm53_backend *be, void *host_dst, const glm53_tensor *src) {
+    cuda_backend *cb = cuda_impl(be);
+    assert(src->data && src->device == GLM53_DEVICE_CUDA);
+    GLM53_TRY(cuda_enter(cb));
+    size_t n = glm53_tensor_nbytes(src);
+    if (n) CUDA_TRY(cudaMemcpyAsync(host_dst, src->data, n, cudaMemcpyDeviceToHost, cb->stream));
+    return cuda_finish(cb, "download");
+}
+
+static glm53_status cuda_copy(glm53_backend *be, glm53_tensor *dst, const glm53_tensor *src) {
+    cuda_backend *cb = cuda_impl(be);
+    int64_t n = glm53_tensor_numel(src);
+    assert(glm53_tensor_numel(dst) == n && dst->data && src->data);
+    assert(dst->device == GLM53_DEVICE_CUDA && src->device == GLM53_DEVICE_CUDA);
+    assert(glm53_tensor_is_contiguous(dst) && glm53_tensor_is_contiguous(src));
+    GLM53_TRY(cuda_enter(cb));
+    if (n == 0) return GLM53_OK;
+    if (dst->dtype == src->dtype) {
+        if (dst->data != src->data)
+            CUDA_TRY(cudaMemcpyAsync(dst->data, src->data, glm53_tensor_nbytes(src), cudaMemcpyDeviceToDevice,
+                                     cb->stream));
+        return GLM53_OK;
+    }
+    if (!cuda_is_act(dst) || !cuda_is_act(src))
+        return GLM53_FAIL(GLM53_ERR_UNSUPPORTED, "cuda copy: %s -> %s is not a supported conversion",
+                          glm53_dtype_name((glm53_dtype)src->dtype), glm53_dtype_name((glm53_dtype)dst->dtype));
+    return cuda_convert(cb, cuda_act_out(dst), cuda_act_in(src), n);
+}
+
+static glm53_status cuda_fill(glm53_backend *be, glm53_tensor *t, float value) {
+    cuda_backend *cb = cuda_impl(be);
+    assert(t->data && t->device == GLM53_DEVICE_CUDA && glm53_tensor_is_contiguous(t));
+    GLM53_TRY(cuda_enter(cb));
+    int64_t n = glm53_tensor_numel(t);
+    if (n == 0) return GLM53_OK;
+    unsigned blocks = cuda_blocks_for(n, 256);
+    switch (t->dtype) {
+    case GLM53_F32: {
+        uint32_t bits;
+        memcpy(&bits, &value, 4);
+        fill_kernel<uint32_t><<<blocks, 256, 0, cb->stream>>>((uint32_t *)t->data, bits, n);
+        break;
+    }
+    case GLM53_BF16:
+        fill_kernel<uint16_t><<<blocks, 256, 0, cb->stream>>>((uint16_t *)t->data, glm53_f32_to_bf16(value), n);
+        break;
+    case GLM53_I32: {
+        /* NaN and out-of-range values have no int32 meaning; they become INT32_MIN, as x86's conversion gives. */
+        int32_t v = (value == value && value >= -2147483648.0f && value < 2147483648.0f) ? (int32_t)value
+                                                                                          : INT32_MIN;
+        fill_kernel<uint32_t><<<blocks, 256, 0, cb->stream>>>((uint32_t *)t->data, (uint32_t)v, n);
+        break;
+    }
+    default:
+        return GLM53_FAIL(GLM53_ERR_UNSUPPORTED, "cuda fill: dtype %s", glm53_dtype_name((glm53_dtype)t->dtype));
+    }
+    CUDA_LAUNCHED("fill");
+    return GLM53_OK;
+}
+
+static glm53_status cuda_sync(glm53_backend *be) {
+    cuda_backend *cb = cuda_impl(be);
+    GLM53_TRY(cuda_enter(cb));
+    return cuda_finish(cb, "sync");
+}
+
+/* Frees everything, including blocks still held by tensors: the backend's memory dies with it. Errors have
+ * nowhere to go here, so every step is attempted. */
+static void cuda_destroy(glm53_backend *be) {
+    if (!be) return;
+    cuda_backend *cb = cuda_impl(be);
+    if (cb) {
+        cudaSetDevice(cb->device);
+        if (cb->stream) cudaStreamSynchronize(cb->stream);
+        if (cb->allocator) {
+            for (auto &bucket : cb->allocator->free_blocks)
+                for (void *p : bucket.second) cudaFree(p);
+            for (auto &block : cb->allocator->live) cudaFree(block.first);
+            delete cb->allocator;
+        }
+        if (cb->cublas) cublasDestroy(cb->cublas);
+        if (cb->cublas_workspace) cudaFree(cb->cublas_workspace);
+        if (cb->fault) cudaFree(cb->fault);
+        if (cb->fault_host) cudaFreeHost(cb->fault_host);
+        if (cb->stream) cudaStreamDestroy(cb->stream);
+        (void)cudaGetLastError();
+        delete cb;
+    }
+    delete be;
+}
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Construction
+ */
+/* A kernel that exists only so creation can ask whether this build has code the device can run. */
+__global__ void probe_kernel() {}
+
+static glm53_status cuda_backend_init(cuda_backend *cb, int32_t ordinal) {
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return GLM53_FAIL(GLM53_ERR_BACKEND, "cuda: no usable CUDA device (cudaGetDeviceCount: %s)",
+                          cudaGetErrorString(e));
+    }
+    if (count == 0) return GLM53_FAIL(GLM53_ERR_BACKEND, "cuda: no CUDA device is present");
+    if (ordinal < 0 || ordinal >= count)
+        return GLM53_FAIL(GLM53_ERR_BACKEND, "cuda: device %d requested, %d present", ordinal, count);
+    cb->device = ordinal;
+    CUDA_TRY(cudaSetDevice(ordinal));
+    cudaDeviceProp prop;
+    CUDA_TRY(cudaGetDeviceProperties(&prop, ordinal));
+    cudaFuncAttributes attr;
+    e = cudaFuncGetAttributes(&attr, probe_kernel);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return GLM53_FAIL(GLM53_ERR_BACKEND, "cuda: this build has no kernels for device %d (%s, compute capability "
+                          "%d.%d; built for sm_90a): %s", ordinal, prop.name, prop.major, prop.minor,
+                          cudaGetErrorString(e));
+    }
+    cb->smem_optin = (int32_t)prop.sharedMemPerBlockOptin;
+
+    cb->allocator = new (std::nothrow) cuda_allocator();
+    if (!cb->allocator) return GLM53_FAIL(GLM53_ERR_OUT_OF_MEMORY, "cuda: no host memory for the allocator");
+    CUDA_TRY(cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking));
+    CUDA_TRY(cudaMalloc(&cb->fault, sizeof(cuda_fault)));
+    CUDA_TRY(cudaMemset(cb->fault, 0, sizeof(cuda_fault)));
+    CUDA_TRY(cudaMallocHost(&cb->fault_host, sizeof(cuda_fault)));
+    CUDA_TRY(cudaMalloc(&cb->cublas_workspace, CUBLAS_WORKSPACE_BYTES));
+
+    CUBLAS_TRY(cublasCreate(&cb->cublas));
+    CUBLAS_TRY(cublasSetStream(cb->cublas, cb->stream));
+    CUBLAS_TRY(cublasSetWorkspace(cb->cublas, cb->cublas_workspace, CUBLAS_WORKSPACE_BYTES));
+    /* No TF32 anywhere (the default math mode never uses it for F32), and no split-K reductions in BF16: every
+     * GEMM accumulates in F32 and rounds once. */
+    CUBLAS_TRY(cublasSetMathMode(cb->cublas,
+                                 (cublasMath_t)(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
+    CUDA_TRY(cudaDeviceSynchronize());
+    return GLM53_OK;
+}
+
+extern "C" glm53_status glm53_backend_cuda_create(int32_t device_ordinal, glm53_backend **out) {
+    *out = nullptr;
+    glm53_backend *be = new (std::nothrow) glm53_backend();
+    cuda_backend *cb = new (std::nothrow) cuda_backend();
+    if (!be || !cb) {
+        delete be;
+        delete cb;
+        return GLM53_FAIL(GLM53_ERR_OUT_OF_MEMORY, "cuda backend: no host memory");
+    }
+    be->impl = cb;
+    glm53_status st = cuda_backend_init(cb, device_ordinal);
+    if (st != GLM53_OK) {
+        cuda_destroy(be);
+        return st;
+    }
+    be->name = "cuda";
+    be->device = GLM53_DEVICE_CUDA;
+    be->act_dtype = GLM53_BF16;
+    be->alloc = cuda_alloc;
+    be->release = cuda_release;
+    be->upload = cuda_upload;
+    be->download = cuda_download;
+    be->copy = cuda_copy;
+    be->fill = cuda_fill;
+    be->sync = cuda_sync;
+    be->destroy = cuda_destroy;
+    be->matmul = cuda_matmul;
+    be->rmsnorm = cuda_rmsnorm;
+    be->layernorm = cuda_layernorm;
+    be->l2norm = cuda_l2norm;
+    be->softmax = cuda_softmax;
+    be->unary = cuda_unary;
+    be->binary = cuda_binary;
+    be->axpby = cuda_axpby;
+    be->swiglu = cuda_swiglu;
+    be->conv1d_causal = cuda_conv1d_causal;
+    be->topk = cuda_topk;
+    be->gather_rows = cuda_gather_rows;
+    be->scatter_rows = cuda_scatter_rows;
+    be->mhc_expand = cuda_mhc_expand;
+    be->mhc_pre = cuda_mhc_pre;
+    be->mhc_post = cuda_mhc_post;
+    be->mhc_mean = cuda_mhc_mean;
+    be->kda_gate = cuda_kda_gate;
+    be->kda_recurrent = cuda_kda_recurrent;
+    be->rmsnorm_gated = cuda_rmsnorm_gated;
+    be->kpool_compress = cuda_kpool_compress;
+    be->kpool_score = cuda_kpool_score;
+    be->kpool_select = cuda_kpool_select;
+    be->sparse_mla = cuda_sparse_mla;
+    be->moe_route = cuda_moe_route;
+    be->moe_experts = cuda_moe_experts;
+    *out = be;
+    return GLM53_OK;
+}
+
+extern "C" void *glm53_cuda_backend_stream(glm53_backend *be) { return (void *)cuda_impl(be)->stream; }

@@ -1,0 +1,312 @@
+/*
+ * cuda_common.cuh - private to the CUDA backend: its state, error macros, the typed views kernels read tensors
+ * through, block reductions, and the entry points of every op (implemented one family per .cu file).
+ *
+ * Data types. Activations on this backend are BF16 (be->act_dtype) or F32 where an op's contract says F32, and
+ * every op that takes an activation accepts either. Kernels read activations through act_in / act_out, which
+ * carry the dtype as a flag: the branch is the same for every thread of a launch, so it costs next to nothing
+ * in these memory-bound kernels, and one kernel body serves all dtype combinations. Weights (and 1-D
+ * parameters such as norm weights) are read through weight_ref: F32, BF16, F16, or F8_E4M3 with an optional
+ * F32 block scale. All arithmetic is F32; an output is rounded once, when it is stored.
+ *
+ * Errors. Every CUDA / cuBLAS call goes through CUDA_TRY / CUBLAS_TRY, every launch is followed by
+ * CUDA_LAUNCHED; each turns a failure into GLM53_FAIL(GLM53_ERR_BACKEND, ...) naming the call site. Kernels that
+ * meet an out-of-range index cannot return, so they record it in the backend's fault record
+ * (cuda_record_fault); sync and download report it as GLM53_ERR_OUT_OF_RANGE.
+ */
+#ifndef GLM53_CUDA_COMMON_CUH
+#define GLM53_CUDA_COMMON_CUH
+
+#include "../backend.h"
+#include "cuda_backend.h"
+
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include <cassert>
+#include <cstdint>
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Backend state
+ */
+struct cuda_allocator;   /* the caching allocator, cuda_backend.cu */
+
+/* Which op recorded a fault (cuda_fault.op); 0 = none. */
+enum cuda_fault_op {
+    CUDA_FAULT_NONE = 0,
+    CUDA_FAULT_GATHER_ROWS = 1,
+    CUDA_FAULT_SCATTER_ROWS = 2,
+    CUDA_FAULT_SPARSE_MLA = 3,
+    CUDA_FAULT_KPOOL_SELECT = 4,
+};
+
+/* The first out-of-range index a kernel met since the last sync: index `value` at `position` of its input,
+ * outside [0, limit). Lives in device memory; the first kernel to claim `op` writes the rest. */
+struct cuda_fault {
+    int32_t op;
+    int32_t unused;
+    long long position, value, limit;
+};
+
+struct cuda_backend {
+    int32_t         device;             /* CUDA ordinal */
+    cudaStream_t    stream;             /* every op of this backend runs on it, in order */
+    cublasHandle_t  cublas;             /* bound to stream */
+    void           *cublas_workspace;   /* given to cuBLAS once, so it never allocates on its own */
+    cuda_allocator *allocator;
+    cuda_fault     *fault;              /* device */
+    cuda_fault     *fault_host;         /* pinned, read back by sync / download */
+    int32_t         smem_optin;         /* most dynamic shared memory one block may opt in to, bytes */
+};
+
+static inline cuda_backend *cuda_impl(glm53_backend *be) { return (cuda_backend *)be->impl; }
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Errors
+ */
+#define CUDA_TRY(call)                                                                                   \
+    do {                                                                                                 \
+        cudaError_t cuda_try_err_ = (call);                                                              \
+        if (cuda_try_err_ != cudaSuccess)                                                                \
+            return GLM53_FAIL(GLM53_ERR_BACKEND, "cuda: %s: %s", #call, cudaGetErrorString(cuda_try_err_)); \
+    } while (0)
+
+#define CUBLAS_TRY(call)                                                                                     \
+    do {                                                                                                     \
+        cublasStatus_t cublas_try_st_ = (call);                                                              \
+        if (cublas_try_st_ != CUBLAS_STATUS_SUCCESS)                                                         \
+            return GLM53_FAIL(GLM53_ERR_BACKEND, "cublas: %s: %s", #call, cublasGetStatusString(cublas_try_st_)); \
+    } while (0)
+
+/* After every <<<...>>>: a bad launch configuration or a missing kernel image shows up here, not later. */
+#define CUDA_LAUNCHED(what)                                                                                  \
+    do {                                                                                                     \
+        cudaError_t cuda_launch_err_ = cudaGetLastError();                                                   \
+        if (cuda_launch_err_ != cudaSuccess)                                                                 \
+            return GLM53_FAIL(GLM53_ERR_BACKEND, "cuda %s: kernel launch: %s", (what),                       \
+                              cudaGetErrorString(cuda_launch_err_));                                         \
+    } while (0)
+
+/* Makes the backend's device current for the calling thread (a step may run on a worker thread). */
+glm53_status cuda_enter(cuda_backend *cb);
+
+/* Opts `kernel` in to `bytes` of dynamic shared memory when that is more than the default 48 KiB; fails with
+ * GLM53_ERR_UNSUPPORTED when the device cannot give that much to one block. */
+glm53_status cuda_smem_optin(cuda_backend *cb, const void *kernel, size_t bytes, const char *what);
+
+__device__ inline void cuda_record_fault(cuda_fault *fault, int32_t op, long long position, long long value,
+                                         long long limit) {
+    if (atomicCAS(&fault->op, 0, op) == 0) {
+        fault->position = position;
+        fault->value = value;
+        fault->limit = limit;
+    }
+}
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Device memory: the caching allocator (cuda_backend.cu). Blocks go back to a free list on release and are
+ * reused by the next request of the same size bucket; that is safe without synchronisation because every user
+ * of a block is ordered on the one stream.
+ */
+glm53_status cuda_device_alloc(cuda_backend *cb, size_t bytes, void **out, const char *what);
+void         cuda_device_free(cuda_backend *cb, void *ptr);
+
+/* A scratch buffer for the duration of one op, returned to the cache when it goes out of scope. */
+struct cuda_scratch {
+    cuda_backend *cb = nullptr;
+    void         *ptr = nullptr;
+    cuda_scratch() = default;
+    cuda_scratch(const cuda_scratch &) = delete;
+    cuda_scratch &operator=(const cuda_scratch &) = delete;
+    ~cuda_scratch() {
+        if (ptr) cuda_device_free(cb, ptr);
+    }
+    glm53_status get(cuda_backend *backend, size_t bytes, const char *what) {
+        cb = backend;
+        return cuda_device_alloc(backend, bytes, &ptr, what);
+    }
+};
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Typed views
+ */
+__device__ inline float cuda_fp8_e4m3_to_float(uint8_t code) {
+    /* Every E4M3 value (subnormals, +-448, NaN for S.1111.111) is exact in half precision. */
+    __half_raw h = __nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)code, __NV_E4M3);
+    return __half2float(__half(h));
+}
+
+/* An activation (F32 or BF16) read as floats by flat element index. */
+struct act_in {
+    const void *data;
+    bool        bf16;
+    __device__ float operator[](int64_t i) const {
+        return bf16 ? __bfloat162float(((const __nv_bfloat16 *)data)[i]) : ((const float *)data)[i];
+    }
+};
+
+/* An activation (F32 or BF16) written from floats: the one rounding of an op's result happens here. */
+struct act_out {
+    void *data;
+    bool  bf16;
+    __device__ void store(int64_t i, float v) const {
+        if (bf16) ((__nv_bfloat16 *)data)[i] = __float2bfloat16_rn(v);
+        else ((float *)data)[i] = v;
+    }
+};
+
+/* A weight [rows, cols] (a 1-D parameter is one row) of any weight dtype, read as floats. FP8 element (r, c)
+ * is e4m3(code) * scale[r / block_rows, c / block_cols], or the bare code value without a scale tensor. */
+struct weight_ref {
+    const void  *data;
+    int32_t      dtype;          /* glm53_dtype: F32, BF16, F16 or F8_E4M3 */
+    int64_t      cols;
+    const float *scale;          /* F8_E4M3 only; NULL without a scale */
+    int64_t      scale_stride;   /* elements between scale rows */
+    int32_t      block_rows, block_cols;
+
+    __device__ float at(int64_t row, int64_t col) const {
+        int64_t i = row * cols + col;
+        switch (dtype) {
+        case GLM53_F32: return ((const float *)data)[i];
+        case GLM53_BF16: return __bfloat162float(((const __nv_bfloat16 *)data)[i]);
+        case GLM53_F16: return __half2float(((const __half *)data)[i]);
+        default: {
+            float v = cuda_fp8_e4m3_to_float(((const uint8_t *)data)[i]);
+            return scale ? v * scale[(row / block_rows) * scale_stride + col / block_cols] : v;
+        }
+        }
+    }
+};
+
+/* Host-side constructors; they assert what the op contracts promise (contiguous, on this device). */
+bool       cuda_is_act(const glm53_tensor *t);   /* F32 or BF16, contiguous, on the CUDA device */
+act_in     cuda_act_in(const glm53_tensor *t);
+act_out    cuda_act_out(glm53_tensor *t);
+/* GLM53_ERR_UNSUPPORTED for a dtype weight_ref cannot read or a malformed FP8 scale. */
+glm53_status cuda_weight_ref(const glm53_tensor *w, weight_ref *out, const char *op);
+
+/* Last dimension ("columns" of the rows convention). */
+static inline int64_t cuda_cols(const glm53_tensor *t) { return t->ndim ? t->shape[t->ndim - 1] : 1; }
+
+/* A contiguous 2-D tensor header over device memory owned by someone else (scratch, a slice of a buffer). */
+glm53_tensor cuda_view_2d(void *data, int32_t dtype, int64_t rows, int64_t cols);
+
+/* Blocks for a grid-stride loop over n items with `threads` per block (n > 0). */
+static inline unsigned cuda_blocks_for(int64_t n, int threads) {
+    int64_t blocks = (n + threads - 1) / threads;
+    return (unsigned)(blocks < (1 << 20) ? blocks : (1 << 20));
+}
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Block reductions. Every thread of the block must call them (blockDim.x a multiple of 32, at most 1024);
+ * every thread gets the same result, combined in the same order, so results are deterministic.
+ */
+__device__ inline float cuda_warp_sum(float v) {
+    for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+    return v;
+}
+
+__device__ inline float cuda_warp_max(float v) {
+    for (int offset = 16; offset > 0; offset >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    return v;
+}
+
+__device__ inline float cuda_block_sum(float v) {
+    __shared__ float partial[32];
+    v = cuda_warp_sum(v);
+    __syncthreads();   /* a previous call may still be reading partial */
+    if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = v;
+    __syncthreads();
+    float total = 0.0f;
+    for (unsigned w = 0; w < (blockDim.x + 31) / 32; w++) total += partial[w];
+    return total;
+}
+
+__device__ inline float cuda_block_max(float v) {
+    __shared__ float partial[32];
+    v = cuda_warp_max(v);
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = v;
+    __syncthreads();
+    float best = -INFINITY;
+    for (unsigned w = 0; w < (blockDim.x + 31) / 32; w++) best = fmaxf(best, partial[w]);
+    return best;
+}
+
+__device__ inline float cuda_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+/* x / (1 + e^-x): one rounding fewer than x * sigmoid(x), as the CPU backend. */
+__device__ inline float cuda_silu(float x) { return x / (1.0f + expf(-x)); }
+/* torch's softplus: beta 1, threshold 20. */
+__device__ inline float cuda_softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Launch helpers shared between op files
+ */
+/* y[i] = x[i] for n elements, converting between F32 and BF16 (either side may be either). */
+glm53_status cuda_convert(cuda_backend *cb, act_out y, act_in x, int64_t n);
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Op entry points (semantics and shapes: backend.h)
+ */
+glm53_status cuda_matmul(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x, const glm53_tensor *w);
+
+glm53_status cuda_rmsnorm(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x, const glm53_tensor *w,
+                          float eps);
+glm53_status cuda_layernorm(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x, const glm53_tensor *w,
+                            const glm53_tensor *b, float eps);
+glm53_status cuda_l2norm(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x, float eps, float scale);
+glm53_status cuda_softmax(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x);
+glm53_status cuda_rmsnorm_gated(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x,
+                                const glm53_tensor *gate, const glm53_tensor *w, float eps);
+
+glm53_status cuda_unary(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x, glm53_unary_op op);
+glm53_status cuda_binary(glm53_backend *be, glm53_tensor *y, const glm53_tensor *a, const glm53_tensor *b,
+                         glm53_binary_op op);
+glm53_status cuda_axpby(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x, float alpha, float beta);
+glm53_status cuda_swiglu(glm53_backend *be, glm53_tensor *y, const glm53_tensor *gate, const glm53_tensor *up,
+                         float limit);
+glm53_status cuda_conv1d_causal(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x, const glm53_tensor *w);
+
+glm53_status cuda_topk(glm53_backend *be, glm53_tensor *vals, glm53_tensor *idx, const glm53_tensor *x,
+                       int32_t k);
+glm53_status cuda_gather_rows(glm53_backend *be, glm53_tensor *y, const glm53_tensor *table,
+                              const glm53_tensor *ids);
+glm53_status cuda_scatter_rows(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x, const glm53_tensor *ids);
+
+glm53_status cuda_mhc_expand(glm53_backend *be, glm53_tensor *H, const glm53_tensor *x);
+glm53_status cuda_mhc_pre(glm53_backend *be, glm53_tensor *x, glm53_tensor *post, glm53_tensor *comb,
+                          const glm53_tensor *H, const glm53_tensor *fn, const glm53_tensor *base,
+                          const glm53_tensor *scale, float rms_eps, float hc_eps, int32_t sinkhorn_iters);
+glm53_status cuda_mhc_post(glm53_backend *be, glm53_tensor *H_out, const glm53_tensor *y,
+                           const glm53_tensor *H_in, const glm53_tensor *post, const glm53_tensor *comb);
+glm53_status cuda_mhc_mean(glm53_backend *be, glm53_tensor *y, const glm53_tensor *H);
+
+glm53_status cuda_kda_gate(glm53_backend *be, glm53_tensor *g, const glm53_tensor *f, const glm53_tensor *A_log,
+                           const glm53_tensor *dt_bias, int32_t has_lower_bound, float lower_bound);
+glm53_status cuda_kda_recurrent(glm53_backend *be, glm53_tensor *o, const glm53_tensor *q, const glm53_tensor *k,
+                                const glm53_tensor *v, const glm53_tensor *g, const glm53_tensor *beta,
+                                glm53_tensor *state, glm53_tensor *const *snapshots);
+
+glm53_status cuda_kpool_compress(glm53_backend *be, glm53_tensor *pooled, const glm53_tensor *kappa,
+                                 const glm53_tensor *sigma, const glm53_tensor *ape);
+glm53_status cuda_kpool_score(glm53_backend *be, glm53_tensor *scores, const glm53_tensor *Q,
+                              const glm53_tensor *w, const glm53_tensor *pooled, const glm53_tensor *n_closed,
+                              float scale);
+glm53_status cuda_kpool_select(glm53_backend *be, glm53_tensor *idx, const glm53_tensor *scores,
+                               const glm53_tensor *pos, int32_t pool_size, int32_t n_select, int32_t with_tail);
+glm53_status cuda_sparse_mla(glm53_backend *be, glm53_tensor *o, const glm53_tensor *q, const glm53_tensor *latent,
+                             const glm53_tensor *idx, const glm53_tensor *kv_b, float scale);
+
+glm53_status cuda_moe_route(glm53_backend *be, glm53_tensor *ids, glm53_tensor *weights,
+                            const glm53_tensor *logits, const glm53_tensor *bias, int32_t n_group,
+                            int32_t topk_group, int32_t norm, float scaling);
+glm53_status cuda_moe_experts(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x, const glm53_tensor *ids,
+                              const glm53_tensor *weights, const glm53_tensor *const *gate,
+                              const glm53_tensor *const *up, const glm53_tensor *const *down, int32_t n_experts,
+                              float limit);
+
+#endif /* GLM53_CUDA_COMMON_CUH */

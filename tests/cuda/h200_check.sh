@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The CUDA checks of issue 5, in one command on a GPU machine (the H200 test machine has no compiler
+# toolchain for our C deps and no LuaJIT: build here with CUDA, copy libglm53.so* and test_cuda_ops into .h200/,
+# fetch LuaJIT with ../shared/tools/h200-lua-env, and carry .debs and .h200):
+#   . .debs/env.sh && tests/cuda/h200_check.sh [.h200]
+# 1. every CUDA op against the CPU op (tests/cuda/test_cuda_ops);
+# 2. the whole model on CUDA: every fixture, prefill/decode/chunked, against the float64 transformers logits;
+# 3. batched steps, fork and truncate on CUDA (the same specs as on the CPU, GLM53_DEVICE=cuda).
+set -uo pipefail
+bin=${1:-.h200}
+export GLM53_LIB=$PWD/$bin/libglm53.so
+out=${OUT:-/tmp}
+status=0
+
+echo "== CUDA ops vs CPU ops"
+TEST="$bin/test_cuda_ops" RUN_TIMEOUT=240 GROUP_TIMEOUT=40 tests/cuda/run.sh > "$out/cuda_ops.log" 2>&1; rc=$?
+grep -E "FAIL|cuda ops:" "$out/cuda_ops.log" | tail -n 40; [ $rc -eq 0 ] || status=1
+
+echo "== model on CUDA vs float64 reference, and CUDA caches"
+busted_bin=$(command -v busted)
+GLM53_DEVICE=cuda timeout 300 luajit "$busted_bin" --lua=luajit -o TAP tests/lua/fixtures_spec.lua \
+    tests/lua/model_cache_spec.lua > "$out/cuda_model.log" 2>&1; rc=$?
+grep -E "rel err|^not ok|^# " "$out/cuda_model.log" | head -60
+grep -cE "^ok" "$out/cuda_model.log" | sed 's/^/model specs passed: /'
+[ $rc -eq 0 ] || status=1
+exit $status

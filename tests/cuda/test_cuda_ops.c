@@ -1,0 +1,1553 @@
+/*
+ * test_cuda_ops.c - every op of the CUDA backend against the CPU backend's op of the same name.
+ *
+ * Each check draws fresh random inputs, creates them on the CPU backend (F32 activations) and on the CUDA backend
+ * (BF16 or F32 activations; weights in the same dtype on both), poisons every output with NaN (I32: -12345) on
+ * both sides, runs the op on both and compares each output by max|cuda - cpu| / max|cpu|. BF16 inputs are
+ * rounded to BF16 on the host first, so both backends see exactly the same values and only the computation
+ * differs. Integer outputs must be equal (kpool_select as per-row sets: the contract fixes which positions, not
+ * their order).
+ *
+ * Thresholds: 1e-5 when every tensor of the check is F32 or FP8 (full F32 computation on both sides), 1e-2 when
+ * any activation or weight is BF16 or F16.
+ *
+ * A failing op records a FAIL row and the run goes on. If the CUDA context itself is lost (a kernel fault), the
+ * table so far is printed and the program exits with status 3; tests/cuda/run.sh then reruns every op group in
+ * its own process. After the checks, a few ops are timed with CUDA events (informative only).
+ *
+ * Usage: test_cuda_ops [--only group[,group...]] [--no-bench] [--list] [--self-test]
+ */
+#include "backend.h"
+#include "cuda/cuda_backend.h"
+#include "test_util.h"
+
+#include <cuda_runtime.h>
+
+#include <assert.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <string.h>
+
+enum { F32 = GLM53_F32, BF16 = GLM53_BF16, F16 = GLM53_F16, FP8 = GLM53_F8_E4M3, I32 = GLM53_I32 };
+
+/* SHAPE(a, b, c) -> "3, (int64_t[]){a, b, c}": the (ndim, dims) argument pair of the tensor helpers. */
+#define SHAPE(...) (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (int64_t[]){__VA_ARGS__}
+
+static glm53_backend *cpu, *gpu;
+
+/* --self-test: `gpu` is a second CPU backend and every activation is F32, to check this harness (shapes, the CPU
+ * ops' preconditions, the comparisons) on a machine without a GPU. The memory group and the timings need CUDA. */
+static bool self_test;
+
+/* The dtype an activation of `dtype` gets on the `gpu` side. */
+static int gpu_dtype(int dtype) { return self_test && dtype == BF16 ? F32 : dtype; }
+
+static const char *dt_name(int dtype) {
+    switch (dtype) {
+    case F32: return "f32";
+    case BF16: return "bf16";
+    case F16: return "f16";
+    case FP8: return "fp8";
+    case I32: return "i32";
+    default: return "-";
+    }
+}
+
+/* 1e-2 if any of the dtypes (list ends with -1) is a 16-bit float, else 1e-5. */
+static double thr_list(const int *dtypes) {
+    for (; *dtypes >= 0; dtypes++)
+        if (*dtypes == BF16 || *dtypes == F16) return 1e-2;
+    return 1e-5;
+}
+#define THR(...) thr_list((int[]){__VA_ARGS__, -1})
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Results
+ */
+typedef struct {
+    char op[64], shape[64], dtype[48], note[120];
+    double err, thr;
+    bool pass;
+} result_row;
+
+static result_row results[2048];
+static int n_results;
+
+static void print_table(void) {
+    int passed = 0, failed = 0;
+    printf("\n--- table ---\n");
+    printf("%-26s %-40s %-28s %12s %10s  %s\n", "op", "shape", "dtype", "max rel err", "threshold", "result");
+    for (int i = 0; i < n_results; i++) {
+        const result_row *r = &results[i];
+        printf("%-26s %-40s %-28s %12.3e %10.1e  %s%s%s\n", r->op, r->shape, r->dtype, r->err, r->thr,
+               r->pass ? "PASS" : "FAIL", r->note[0] ? "  " : "", r->note);
+        if (r->pass) passed++;
+        else failed++;
+    }
+    printf("--- end table ---\n");
+    printf("cuda ops: %d passed, %d failed\n", passed, failed);
+    fflush(stdout);
+}
+
+/* ------------------------------------------------------------------------------------------------------------
+ * The current check: its name, what it allocated, whether a call failed
+ */
+static struct {
+    char op[40], shape[64], dtype[48];
+    bool failed;
+    char msg[600];
+    int n_recorded;
+    glm53_backend *owner[512];
+    glm53_tensor *tensors[512];
+    int n_tensors;
+    void *host[4096];
+    int n_host;
+} ck;
+
+static uint64_t check_counter;
+
+static void record(const char *what, double err, double thr, bool pass, const char *note) {
+    if (n_results == (int)(sizeof results / sizeof results[0])) return;
+    result_row *r = &results[n_results++];
+    snprintf(r->op, sizeof r->op, "%s%s%s", ck.op, what && what[0] ? "." : "", what ? what : "");
+    snprintf(r->shape, sizeof r->shape, "%s", ck.shape);
+    snprintf(r->dtype, sizeof r->dtype, "%s", ck.dtype);
+    snprintf(r->note, sizeof r->note, "%s", note ? note : "");
+    r->err = err;
+    r->thr = thr;
+    r->pass = pass;
+    ck.n_recorded++;
+    test_checks++;
+    test_failures += !pass;
+    printf("[%s] %-26s %-40s %-28s err %.3e (thr %.0e)%s%s\n", pass ? "PASS" : "FAIL", r->op, r->shape, r->dtype, err,
+           thr, note && note[0] ? "  " : "", note ? note : "");
+    fflush(stdout);
+}
+
+static void check_begin(const char *op, const char *dtype, const char *shape_fmt, ...) {
+    ck.failed = false;
+    ck.msg[0] = '\0';
+    ck.n_recorded = 0;
+    ck.n_tensors = 0;
+    ck.n_host = 0;
+    snprintf(ck.op, sizeof ck.op, "%s", op);
+    test_current = ck.op;
+    snprintf(ck.dtype, sizeof ck.dtype, "%s", dtype);
+    va_list ap;
+    va_start(ap, shape_fmt);
+    vsnprintf(ck.shape, sizeof ck.shape, shape_fmt, ap);
+    va_end(ap);
+    test_seed(0x51ed2701ull + 0x9e3779b97f4a7c15ull * ++check_counter);
+    glm53_clear_error();
+}
+
+static void fail_msg(const char *fmt, ...) {
+    if (ck.failed) return;   /* keep the first failure: later ones are usually its consequences */
+    ck.failed = true;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ck.msg, sizeof ck.msg, fmt, ap);
+    va_end(ap);
+}
+
+static bool status_ok(glm53_status st, const char *what) {
+    if (st == GLM53_OK) return true;
+    fail_msg("%s -> %s: %s", what, glm53_status_name(st), glm53_last_error());
+    return false;
+}
+
+/* Every backend call of a check goes through TRY: a failure records the message and skips to `done:`. */
+#define TRY(expr)                                   \
+    do {                                            \
+        if (!status_ok((expr), #expr)) goto done;   \
+    } while (0)
+
+/* The op must exist on both backends (the CPU reference may not be written yet). */
+#define NEED(op)                                                                       \
+    do {                                                                               \
+        if (!cpu->op) { fail_msg("the CPU backend has no " #op " (no reference)"); goto done; } \
+        if (!gpu->op) { fail_msg("the CUDA backend has no " #op); goto done; }          \
+    } while (0)
+
+static void *hmem(size_t bytes) {
+    void *p = calloc(1, bytes ? bytes : 1);
+    if (!p || ck.n_host == (int)(sizeof ck.host / sizeof ck.host[0])) {
+        fprintf(stderr, "test_cuda_ops: out of host memory or tracking slots (%zu bytes)\n", bytes);
+        exit(2);
+    }
+    ck.host[ck.n_host++] = p;
+    return p;
+}
+
+static bool context_lost(void);
+
+/* Releases what the check allocated and makes sure it left the device healthy. */
+static void check_cleanup(void) {
+    for (int i = ck.n_tensors - 1; i >= 0; i--) {
+        ck.owner[i]->release(ck.owner[i], ck.tensors[i]);
+        free(ck.tensors[i]);
+    }
+    for (int i = 0; i < ck.n_host; i++) free(ck.host[i]);
+    ck.n_tensors = ck.n_host = 0;
+    /* A fault left behind (out-of-range index) would be blamed on the next check: report it on this one. */
+    glm53_status st = gpu->sync(gpu);
+    if (st != GLM53_OK) {
+        char note[600];
+        snprintf(note, sizeof note, "sync after the check: %s %s", glm53_status_name(st), glm53_last_error());
+        record("sync", INFINITY, 0.0, false, note);
+    }
+    if (context_lost()) {
+        print_table();
+        printf("CUDA context lost after %s %s (%s): the remaining checks cannot run in this process\n", ck.op,
+               ck.shape, cudaGetErrorString(cudaGetLastError()));
+        exit(3);
+    }
+}
+
+static void check_end(void) {
+    if (ck.failed) record(NULL, INFINITY, 0.0, false, ck.msg);
+    else if (ck.n_recorded == 0) record(NULL, NAN, 0.0, false, "no comparison was made (test bug)");
+    check_cleanup();
+}
+
+/* A sticky error (illegal address, launch failure) fails every later CUDA call: ask twice. */
+static bool context_lost(void) {
+    if (self_test) return false;
+    if (cudaDeviceSynchronize() == cudaSuccess) return false;
+    (void)cudaGetLastError();
+    return cudaDeviceSynchronize() != cudaSuccess;
+}
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Random host data
+ */
+static float *randn(int64_t n, float scale, bool round_bf16) {
+    float *v = hmem((size_t)n * sizeof(float));
+    for (int64_t i = 0; i < n; i++) {
+        v[i] = test_normal() * scale;
+        if (round_bf16) v[i] = glm53_round_bf16(v[i]);
+    }
+    return v;
+}
+
+static float *randu(int64_t n, float lo, float hi, bool round_bf16) {
+    float *v = hmem((size_t)n * sizeof(float));
+    for (int64_t i = 0; i < n; i++) {
+        v[i] = lo + (hi - lo) * test_uniform();
+        if (round_bf16) v[i] = glm53_round_bf16(v[i]);
+    }
+    return v;
+}
+
+static int64_t rand_below(int64_t n) { return (int64_t)(test_next() % (uint64_t)n); }
+
+/* out[0..n) = n distinct values of [0, range) in random order; scratch holds range ints. */
+static void rand_distinct(int32_t *out, int64_t n, int64_t range, int32_t *scratch) {
+    for (int64_t i = 0; i < range; i++) scratch[i] = (int32_t)i;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t j = i + rand_below(range - i);
+        int32_t t = scratch[i];
+        scratch[i] = scratch[j];
+        scratch[j] = t;
+        out[i] = scratch[i];
+    }
+}
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Tensors on a backend
+ */
+static glm53_status new_tensor(glm53_backend *be, glm53_tensor **out, int dtype, int ndim, const int64_t *dims) {
+    *out = NULL;
+    glm53_tensor *t = calloc(1, sizeof *t);
+    if (!t || ck.n_tensors == (int)(sizeof ck.tensors / sizeof ck.tensors[0])) {
+        fprintf(stderr, "test_cuda_ops: out of host memory or tensor slots\n");
+        exit(2);
+    }
+    t->dtype = dtype;
+    t->ndim = ndim;
+    for (int i = 0; i < ndim; i++) t->shape[i] = dims[i];
+    glm53_status st = be->alloc(be, t);
+    if (st != GLM53_OK) {
+        free(t);
+        return st;
+    }
+    ck.owner[ck.n_tensors] = be;
+    ck.tensors[ck.n_tensors++] = t;
+    *out = t;
+    return GLM53_OK;
+}
+
+/* Uploads floats into an F32 or BF16 tensor (BF16: rounded to nearest even). */
+static glm53_status put_f32(glm53_backend *be, glm53_tensor *t, const float *v) {
+    int64_t n = glm53_tensor_numel(t);
+    if (t->dtype == F32) return be->upload(be, t, v);
+    assert(t->dtype == BF16);
+    uint16_t *h = hmem((size_t)n * sizeof(uint16_t));
+    for (int64_t i = 0; i < n; i++) h[i] = glm53_f32_to_bf16(v[i]);
+    return be->upload(be, t, h);
+}
+
+static glm53_status tensor_from(glm53_backend *be, glm53_tensor **out, int dtype, const float *v, int ndim,
+                                const int64_t *dims) {
+    GLM53_TRY(new_tensor(be, out, dtype, ndim, dims));
+    return put_f32(be, *out, v);
+}
+
+static glm53_status tensor_raw(glm53_backend *be, glm53_tensor **out, int dtype, const void *bytes, int ndim,
+                               const int64_t *dims) {
+    GLM53_TRY(new_tensor(be, out, dtype, ndim, dims));
+    return be->upload(be, *out, bytes);
+}
+
+/* An output, poisoned so that an element the op forgets to write cannot pass. */
+static glm53_status tensor_out(glm53_backend *be, glm53_tensor **out, int dtype, int ndim, const int64_t *dims) {
+    GLM53_TRY(new_tensor(be, out, dtype, ndim, dims));
+    return be->fill(be, *out, dtype == I32 ? -12345.0f : NAN);
+}
+
+/* Downloads an F32 / BF16 tensor as floats. */
+static glm53_status fetch_f32(glm53_backend *be, const glm53_tensor *t, float *dst) {
+    int64_t n = glm53_tensor_numel(t);
+    if (t->dtype == F32) return be->download(be, dst, t);
+    assert(t->dtype == BF16);
+    uint16_t *h = hmem((size_t)n * sizeof(uint16_t));
+    GLM53_TRY(be->download(be, h, t));
+    for (int64_t i = 0; i < n; i++) dst[i] = glm53_bf16_to_f32(h[i]);
+    return GLM53_OK;
+}
+
+/* The same tensor on both backends: `c` on the CPU, `g` on CUDA. */
+typedef struct {
+    glm53_tensor *c, *g;
+} tpair;
+
+/* An activation: F32 on the CPU, `dtype` on CUDA, same values (round them to BF16 first when dtype is BF16). */
+static glm53_status act_pair(tpair *p, int dtype, const float *v, int ndim, const int64_t *dims) {
+    GLM53_TRY(tensor_from(cpu, &p->c, F32, v, ndim, dims));
+    return tensor_from(gpu, &p->g, gpu_dtype(dtype), v, ndim, dims);
+}
+
+static glm53_status out_pair(tpair *p, int dtype, int ndim, const int64_t *dims) {
+    GLM53_TRY(tensor_out(cpu, &p->c, dtype == I32 ? I32 : F32, ndim, dims));
+    return tensor_out(gpu, &p->g, gpu_dtype(dtype), ndim, dims);
+}
+
+static glm53_status i32_pair(tpair *p, const int32_t *v, int ndim, const int64_t *dims) {
+    GLM53_TRY(tensor_raw(cpu, &p->c, I32, v, ndim, dims));
+    return tensor_raw(gpu, &p->g, I32, v, ndim, dims);
+}
+
+/* A weight [rows, cols] (ndim 2) or a vector [cols] (ndim 1, rows 1) of `dtype` with identical contents on both
+ * backends. F32/BF16: normal * scale (+ offset). F16: random codes of magnitude 2^-3..2^3 times nothing (scale
+ * unused). FP8: random codes of magnitude 2^-3..2^3 and an F32 block scale [ceil(rows/br), ceil(cols/bc)] of
+ * about scale / 3 per block. */
+static glm53_status weight_pair(tpair *w, int dtype, int ndim, int64_t rows, int64_t cols, float scale, float offset,
+                                int br, int bc) {
+    int64_t n = rows * cols;
+    int64_t dims[2] = {rows, cols};
+    const int64_t *shape = ndim == 2 ? dims : dims + 1;
+    if (dtype == F32 || dtype == BF16) {
+        float *v = randn(n, scale, dtype == BF16);
+        for (int64_t i = 0; i < n; i++) v[i] = dtype == BF16 ? glm53_round_bf16(v[i] + offset) : v[i] + offset;
+        GLM53_TRY(tensor_from(cpu, &w->c, dtype, v, ndim, shape));
+        return tensor_from(gpu, &w->g, dtype, v, ndim, shape);
+    }
+    if (dtype == F16) {
+        uint16_t *h = hmem((size_t)n * sizeof(uint16_t));
+        for (int64_t i = 0; i < n; i++)
+            h[i] = (uint16_t)((test_next() & 1) << 15 | (12 + rand_below(6)) << 10 | rand_below(1024));
+        GLM53_TRY(tensor_raw(cpu, &w->c, F16, h, ndim, shape));
+        return tensor_raw(gpu, &w->g, F16, h, ndim, shape);
+    }
+    assert(dtype == FP8 && ndim == 2);
+    uint8_t *codes = hmem((size_t)n);
+    for (int64_t i = 0; i < n; i++)   /* exponent field 4..9: no NaN code, magnitudes 2^-3 .. 2^3 */
+        codes[i] = (uint8_t)((test_next() & 1) << 7 | (4 + rand_below(6)) << 3 | rand_below(8));
+    int64_t sr = (rows + br - 1) / br, sc = (cols + bc - 1) / bc;
+    float *s = hmem((size_t)(sr * sc) * sizeof(float));
+    for (int64_t i = 0; i < sr * sc; i++) s[i] = scale / 3.0f * (0.5f + test_uniform());
+    glm53_tensor *sc_c, *sc_g;
+    GLM53_TRY(tensor_from(cpu, &sc_c, F32, s, SHAPE(sr, sc)));
+    GLM53_TRY(tensor_from(gpu, &sc_g, F32, s, SHAPE(sr, sc)));
+    GLM53_TRY(tensor_raw(cpu, &w->c, FP8, codes, ndim, shape));
+    GLM53_TRY(tensor_raw(gpu, &w->g, FP8, codes, ndim, shape));
+    w->c->scale = sc_c;
+    w->g->scale = sc_g;
+    w->c->block_rows = w->g->block_rows = br;
+    w->c->block_cols = w->g->block_cols = bc;
+    return GLM53_OK;
+}
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Comparisons
+ */
+/* max|got - ref| / max|ref| over finite ref values; a non-finite ref must be matched exactly (same infinity, or
+ * NaN for NaN); a non-finite got where ref is finite is +inf. *worst gets the index of the largest difference. */
+static double rel_err(const float *got, const float *ref, int64_t n, int64_t *worst) {
+    double maxd = 0.0, maxr = 0.0;
+    *worst = -1;
+    for (int64_t i = 0; i < n; i++) {
+        if (!isfinite(ref[i])) {
+            bool same = isnan(ref[i]) ? isnan(got[i]) : got[i] == ref[i];
+            if (!same) { *worst = i; return INFINITY; }
+            continue;
+        }
+        if (!isfinite(got[i])) { *worst = i; return INFINITY; }
+        double d = fabs((double)got[i] - (double)ref[i]);
+        if (d > maxd || *worst < 0) { maxd = d > maxd ? d : maxd; *worst = i; }
+        if (fabs((double)ref[i]) > maxr) maxr = fabs((double)ref[i]);
+    }
+    return maxr > 0.0 ? maxd / maxr : maxd;
+}
+
+static void report_err(const char *what, const float *got, const float *ref, int64_t n, double thr) {
+    int64_t worst;
+    double err = rel_err(got, ref, n, &worst);
+    char note[120] = "";
+    if (!(err <= thr) && worst >= 0)
+        snprintf(note, sizeof note, "worst [%lld]: cuda %.6g, cpu %.6g", (long long)worst, got[worst], ref[worst]);
+    record(what, err, thr, err <= thr, note);
+}
+
+/* ref on the CPU backend, got on CUDA; both F32/BF16 with the same number of elements. */
+static bool compare(const char *what, const glm53_tensor *ref, const glm53_tensor *got, double thr) {
+    int64_t n = glm53_tensor_numel(ref);
+    assert(glm53_tensor_numel(got) == n);
+    float *r = hmem((size_t)n * sizeof(float)), *g = hmem((size_t)n * sizeof(float));
+    if (!status_ok(fetch_f32(cpu, ref, r), "download cpu output")) return false;
+    if (!status_ok(fetch_f32(gpu, got, g), "download cuda output")) return false;
+    report_err(what, g, r, n, thr);
+    return true;
+}
+
+/* got (CUDA) against expected host floats. */
+static bool compare_host(const char *what, const float *expected, const glm53_tensor *got, double thr) {
+    int64_t n = glm53_tensor_numel(got);
+    float *g = hmem((size_t)n * sizeof(float));
+    if (!status_ok(fetch_f32(gpu, got, g), "download cuda output")) return false;
+    report_err(what, g, expected, n, thr);
+    return true;
+}
+
+static int cmp_i32(const void *a, const void *b) {
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* I32 outputs must be equal element by element, or (as_sets) row by row as sorted multisets. The error column
+ * counts differing elements. */
+static bool compare_i32(const char *what, const glm53_tensor *ref, const glm53_tensor *got, int64_t row_len,
+                        bool as_sets) {
+    int64_t n = glm53_tensor_numel(ref);
+    assert(glm53_tensor_numel(got) == n && row_len > 0 && n % row_len == 0);
+    int32_t *r = hmem((size_t)n * sizeof(int32_t)), *g = hmem((size_t)n * sizeof(int32_t));
+    if (!status_ok(cpu->download(cpu, r, ref), "download cpu output")) return false;
+    if (!status_ok(gpu->download(gpu, g, got), "download cuda output")) return false;
+    int64_t order_diff = 0;
+    for (int64_t i = 0; i < n; i++) order_diff += r[i] != g[i];
+    if (as_sets)
+        for (int64_t row = 0; row < n / row_len; row++) {
+            qsort(r + row * row_len, (size_t)row_len, sizeof(int32_t), cmp_i32);
+            qsort(g + row * row_len, (size_t)row_len, sizeof(int32_t), cmp_i32);
+        }
+    int64_t diff = 0, first = -1;
+    for (int64_t i = 0; i < n; i++)
+        if (r[i] != g[i]) {
+            diff++;
+            if (first < 0) first = i;
+        }
+    char note[120] = "";
+    if (diff)
+        snprintf(note, sizeof note, "%lld of %lld differ; first [%lld]: cuda %d, cpu %d", (long long)diff,
+                 (long long)n, (long long)first, g[first], r[first]);
+    else if (as_sets && order_diff)
+        snprintf(note, sizeof note, "same sets, order differs in %lld elements (allowed)", (long long)order_diff);
+    record(what, (double)diff, 0.0, diff == 0, note);
+    return true;
+}
+
+/* ============================================================================================================
+ * Checks
+ * ==========================================================================================================*/
+
+/* --- memory ----------------------------------------------------------------------------------------------- */
+static void check_roundtrip(int dtype, int64_t n) {
+    check_begin("upload/download", dt_name(dtype), "%lld", (long long)n);
+    glm53_tensor *t = NULL;
+    float *v = randn(n, 3.0f, dtype == BF16);
+    TRY(tensor_from(gpu, &t, dtype, v, SHAPE(n)));
+    compare_host(NULL, v, t, 0.0);
+done:
+    check_end();
+}
+
+static void check_copy(int src_dt, int dst_dt, int64_t rows, int64_t cols) {
+    char dts[48];
+    snprintf(dts, sizeof dts, "%s->%s", dt_name(src_dt), dt_name(dst_dt));
+    check_begin("copy", dts, "%lldx%lld into rows 1.. of %lld", (long long)rows, (long long)cols,
+                (long long)rows + 2);
+    glm53_tensor *src = NULL, *dst = NULL;
+    float *v = randn(rows * cols, 2.0f, src_dt == BF16);
+    TRY(tensor_from(gpu, &src, src_dt, v, SHAPE(rows, cols)));
+    TRY(tensor_out(gpu, &dst, dst_dt, SHAPE(rows + 2, cols)));
+    /* into a row view (an offset pointer), as the model's cache writes do; F32 -> BF16 rounds to nearest even */
+    glm53_tensor view = glm53_tensor_rows_view(dst, 1, rows);
+    TRY(gpu->copy(gpu, &view, src));
+    float *expect = hmem((size_t)(rows * cols) * sizeof(float));
+    for (int64_t i = 0; i < rows * cols; i++) expect[i] = dst_dt == BF16 ? glm53_round_bf16(v[i]) : v[i];
+    compare_host(NULL, expect, &view, 0.0);
+done:
+    check_end();
+}
+
+static void check_fill(int dtype, float value, int64_t n) {
+    check_begin("fill", dt_name(dtype), "%lld value %g", (long long)n, value);
+    glm53_tensor *t = NULL;
+    TRY(new_tensor(gpu, &t, dtype, SHAPE(n)));
+    TRY(gpu->fill(gpu, t, value));
+    if (dtype == I32) {
+        int32_t *got = hmem((size_t)n * sizeof(int32_t));
+        TRY(gpu->download(gpu, got, t));
+        int64_t bad = 0;
+        for (int64_t i = 0; i < n; i++) bad += got[i] != (int32_t)value;
+        record(NULL, (double)bad, 0.0, bad == 0, "");
+    } else {
+        float *expect = hmem((size_t)n * sizeof(float));
+        for (int64_t i = 0; i < n; i++) expect[i] = dtype == BF16 ? glm53_round_bf16(value) : value;
+        compare_host(NULL, expect, t, 0.0);
+    }
+done:
+    check_end();
+}
+
+/* A released block is reused for the next allocation of its size, and holds the new data. */
+static void check_allocator_reuse(void) {
+    check_begin("alloc/release", "f32", "1 MiB x 3, reuse");
+    glm53_tensor *a = NULL, *b = NULL;
+    int64_t n = 1 << 18;
+    float *v1 = randn(n, 1.0f, false), *v2 = randn(n, 1.0f, false);
+    TRY(tensor_from(gpu, &a, F32, v1, SHAPE(n)));
+    void *first = a->data;
+    gpu->release(gpu, a);   /* data NULL now; check_end's release of it is a no-op */
+    TRY(tensor_from(gpu, &b, F32, v2, SHAPE(n)));
+    bool reused = b->data == first;
+    record("reuse", reused ? 0.0 : 1.0, 0.0, reused, reused ? "" : "the released block was not handed out again");
+    compare_host("data", v2, b, 0.0);
+done:
+    check_end();
+}
+
+/* An out-of-range id is reported by the next sync as GLM53_ERR_OUT_OF_RANGE, once. */
+static void check_bad_index(bool scatter) {
+    check_begin(scatter ? "scatter_rows" : "gather_rows", "bf16", "bad id 1000 of 1000 rows");
+    glm53_tensor *table = NULL, *ids = NULL, *y = NULL;
+    float *v = randn(1000 * 8, 1.0f, true);
+    int32_t id[3] = {5, 1000, 7};
+    TRY(tensor_from(gpu, &table, BF16, v, SHAPE(1000, 8)));
+    TRY(tensor_raw(gpu, &ids, I32, id, SHAPE(3)));
+    TRY(tensor_out(gpu, &y, BF16, SHAPE(3, 8)));
+    if (scatter) TRY(gpu->scatter_rows(gpu, table, y, ids));
+    else TRY(gpu->gather_rows(gpu, y, table, ids));
+    glm53_status first = gpu->sync(gpu), second = gpu->sync(gpu);
+    char note[160];
+    snprintf(note, sizeof note, "first sync %s, second %s", glm53_status_name(first), glm53_status_name(second));
+    bool ok = first == GLM53_ERR_OUT_OF_RANGE && second == GLM53_OK;
+    record("fault", ok ? 0.0 : 1.0, 0.0, ok, note);
+done:
+    check_end();
+}
+
+/* --- matmul ----------------------------------------------------------------------------------------------- */
+static void check_matmul(int64_t M, int64_t N, int64_t K, int x_dt, int w_dt, int y_dt, int br, int bc) {
+    char dts[48];
+    snprintf(dts, sizeof dts, "x:%s w:%s y:%s", dt_name(x_dt), dt_name(w_dt), dt_name(y_dt));
+    if (w_dt == FP8) snprintf(dts + strlen(dts), sizeof dts - strlen(dts), " %dx%d", br, bc);
+    check_begin("matmul", dts, "%lldx%lldx%lld", (long long)M, (long long)N, (long long)K);
+    tpair x = {0}, w = {0}, y = {0};
+    float *xv = randn(M * K, 1.0f, x_dt == BF16);
+    TRY(act_pair(&x, x_dt, xv, SHAPE(M, K)));
+    TRY(weight_pair(&w, w_dt, 2, N, K, 0.05f, 0.0f, br, bc));
+    TRY(out_pair(&y, y_dt, SHAPE(M, N)));
+    TRY(cpu->matmul(cpu, y.c, x.c, w.c));
+    TRY(gpu->matmul(gpu, y.g, x.g, w.g));
+    compare(NULL, y.c, y.g, THR(x_dt, w_dt, y_dt));
+done:
+    check_end();
+}
+
+/* --- normalisation ---------------------------------------------------------------------------------------- */
+enum norm_kind { NORM_RMS, NORM_LAYER, NORM_L2, NORM_SOFTMAX };
+
+static void check_norm(enum norm_kind kind, int64_t M, int64_t D, int dt, int w_dt, bool in_place) {
+    static const char *names[] = {"rmsnorm", "layernorm", "l2norm", "softmax"};
+    char dts[48];
+    snprintf(dts, sizeof dts, "x:%s w:%s", dt_name(dt), w_dt >= 0 ? dt_name(w_dt) : "none");
+    check_begin(names[kind], dts, "%lldx%lld%s", (long long)M, (long long)D, in_place ? " in-place" : "");
+    tpair x = {0}, y = {0}, w = {0}, b = {0};
+    float *xv = randn(M * D, kind == NORM_SOFTMAX ? 3.0f : 1.0f, dt == BF16);
+    if (kind == NORM_LAYER)
+        for (int64_t i = 0; i < M * D; i++) xv[i] = dt == BF16 ? glm53_round_bf16(xv[i] + 2.0f) : xv[i] + 2.0f;
+    TRY(act_pair(&x, dt, xv, SHAPE(M, D)));
+    if (w_dt >= 0) TRY(weight_pair(&w, w_dt, 1, 1, D, 0.3f, 1.0f, 0, 0));
+    if (w_dt >= 0 && kind == NORM_LAYER) TRY(weight_pair(&b, w_dt, 1, 1, D, 0.3f, 0.0f, 0, 0));
+    if (in_place) y = x;
+    else TRY(out_pair(&y, dt, SHAPE(M, D)));
+    switch (kind) {
+    case NORM_RMS:
+        TRY(cpu->rmsnorm(cpu, y.c, x.c, w.c, 1e-5f));
+        TRY(gpu->rmsnorm(gpu, y.g, x.g, w.g, 1e-5f));
+        break;
+    case NORM_LAYER:
+        TRY(cpu->layernorm(cpu, y.c, x.c, w.c, b.c, 1e-6f));
+        TRY(gpu->layernorm(gpu, y.g, x.g, w.g, b.g, 1e-6f));
+        break;
+    case NORM_L2:
+        TRY(cpu->l2norm(cpu, y.c, x.c, 1e-6f, 0.0883883f));
+        TRY(gpu->l2norm(gpu, y.g, x.g, 1e-6f, 0.0883883f));
+        break;
+    case NORM_SOFTMAX:
+        TRY(cpu->softmax(cpu, y.c, x.c));
+        TRY(gpu->softmax(gpu, y.g, x.g));
+        break;
+    }
+    compare(NULL, y.c, y.g, THR(dt, w_dt));
+done:
+    check_end();
+}
+
+static void check_rmsnorm_gated(int64_t M, int64_t d, int dt, int w_dt, bool in_place) {
+    char dts[48];
+    snprintf(dts, sizeof dts, "x:%s w:%s", dt_name(dt), dt_name(w_dt));
+    check_begin("rmsnorm_gated", dts, "%lldx%lld%s", (long long)M, (long long)d, in_place ? " in-place" : "");
+    tpair x = {0}, gate = {0}, w = {0}, y = {0};
+    NEED(rmsnorm_gated);
+    TRY(act_pair(&x, dt, randn(M * d, 1.0f, dt == BF16), SHAPE(M, d)));
+    TRY(act_pair(&gate, dt, randn(M * d, 2.0f, dt == BF16), SHAPE(M, d)));
+    TRY(weight_pair(&w, w_dt, 1, 1, d, 0.3f, 1.0f, 0, 0));
+    if (in_place) y = x;
+    else TRY(out_pair(&y, dt, SHAPE(M, d)));
+    TRY(cpu->rmsnorm_gated(cpu, y.c, x.c, gate.c, w.c, 1e-5f));
+    TRY(gpu->rmsnorm_gated(gpu, y.g, x.g, gate.g, w.g, 1e-5f));
+    compare(NULL, y.c, y.g, THR(dt, w_dt));
+done:
+    check_end();
+}
+
+/* --- elementwise ------------------------------------------------------------------------------------------ */
+static void check_unary(glm53_unary_op op, int64_t M, int64_t N, int dt) {
+    static const char *names[] = {"sigmoid", "silu", "gelu", "softplus", "exp", "relu"};
+    char name[40];
+    snprintf(name, sizeof name, "unary.%s", names[op]);
+    check_begin(name, dt_name(dt), "%lldx%lld", (long long)M, (long long)N);
+    tpair x = {0}, y = {0};
+    /* softplus: some inputs past its threshold 20; exp: moderate inputs so the largest does not dwarf the rest */
+    float scale = op == GLM53_UNARY_SOFTPLUS ? 12.0f : op == GLM53_UNARY_EXP ? 1.5f : 4.0f;
+    TRY(act_pair(&x, dt, randn(M * N, scale, dt == BF16), SHAPE(M, N)));
+    TRY(out_pair(&y, dt, SHAPE(M, N)));
+    TRY(cpu->unary(cpu, y.c, x.c, op));
+    TRY(gpu->unary(gpu, y.g, x.g, op));
+    compare(NULL, y.c, y.g, THR(dt));
+done:
+    check_end();
+}
+
+static void check_binary(glm53_binary_op op, int64_t M, int64_t N, int dt, bool broadcast, bool in_place) {
+    check_begin(op == GLM53_BINARY_ADD ? "binary.add" : "binary.mul", dt_name(dt), "%lldx%lld%s%s", (long long)M,
+                (long long)N, broadcast ? " b row" : "", in_place ? " in-place" : "");
+    tpair a = {0}, b = {0}, y = {0};
+    TRY(act_pair(&a, dt, randn(M * N, 1.0f, dt == BF16), SHAPE(M, N)));
+    if (broadcast) TRY(act_pair(&b, dt, randn(N, 1.0f, dt == BF16), SHAPE(N)));
+    else TRY(act_pair(&b, dt, randn(M * N, 1.0f, dt == BF16), SHAPE(M, N)));
+    if (in_place) y = a;
+    else TRY(out_pair(&y, dt, SHAPE(M, N)));
+    TRY(cpu->binary(cpu, y.c, a.c, b.c, op));
+    TRY(gpu->binary(gpu, y.g, a.g, b.g, op));
+    compare(NULL, y.c, y.g, THR(dt));
+done:
+    check_end();
+}
+
+static void check_axpby(int64_t M, int64_t N, int dt, float alpha, float beta, bool in_place) {
+    check_begin("axpby", dt_name(dt), "%lldx%lld a %g b %g%s", (long long)M, (long long)N, alpha, beta,
+                in_place ? " in-place" : "");
+    tpair x = {0}, y = {0};
+    TRY(act_pair(&x, dt, randn(M * N, 1.0f, dt == BF16), SHAPE(M, N)));
+    if (in_place) y = x;
+    else if (beta == 0.0f) TRY(out_pair(&y, dt, SHAPE(M, N)));   /* NaN-poisoned: beta 0 must not read it */
+    else TRY(act_pair(&y, dt, randn(M * N, 1.0f, dt == BF16), SHAPE(M, N)));
+    TRY(cpu->axpby(cpu, y.c, x.c, alpha, beta));
+    TRY(gpu->axpby(gpu, y.g, x.g, alpha, beta));
+    compare(NULL, y.c, y.g, THR(dt));
+done:
+    check_end();
+}
+
+static void check_swiglu(int64_t M, int64_t F, int dt, float limit) {
+    check_begin("swiglu", dt_name(dt), "%lldx%lld limit %g", (long long)M, (long long)F, limit);
+    tpair g = {0}, u = {0}, y = {0};
+    TRY(act_pair(&g, dt, randn(M * F, 6.0f, dt == BF16), SHAPE(M, F)));
+    TRY(act_pair(&u, dt, randn(M * F, 6.0f, dt == BF16), SHAPE(M, F)));
+    TRY(out_pair(&y, dt, SHAPE(M, F)));
+    TRY(cpu->swiglu(cpu, y.c, g.c, u.c, limit));
+    TRY(gpu->swiglu(gpu, y.g, g.g, u.g, limit));
+    compare(NULL, y.c, y.g, THR(dt));
+done:
+    check_end();
+}
+
+static void check_conv1d(int64_t T, int64_t C, int64_t K, int dt, int w_dt) {
+    char dts[48];
+    snprintf(dts, sizeof dts, "x:%s w:%s", dt_name(dt), dt_name(w_dt));
+    check_begin("conv1d_causal", dts, "T %lld C %lld K %lld", (long long)T, (long long)C, (long long)K);
+    tpair x = {0}, w = {0}, y = {0};
+    TRY(act_pair(&x, dt, randn((T + K - 1) * C, 1.0f, dt == BF16), SHAPE(T + K - 1, C)));
+    TRY(weight_pair(&w, w_dt, 2, C, K, 0.5f, 0.0f, 0, 0));
+    TRY(out_pair(&y, dt, SHAPE(T, C)));
+    TRY(cpu->conv1d_causal(cpu, y.c, x.c, w.c));
+    TRY(gpu->conv1d_causal(gpu, y.g, x.g, w.g));
+    compare(NULL, y.c, y.g, THR(dt, w_dt));
+done:
+    check_end();
+}
+
+/* --- selection and indexing ------------------------------------------------------------------------------- */
+/* levels > 0: values drawn from that many distinct levels (many ties); nan_every > 0: every that many a NaN. */
+static void check_topk(int64_t M, int64_t N, int32_t k, int levels, int nan_every) {
+    check_begin("topk", "f32", "%lldx%lld k %d%s%s", (long long)M, (long long)N, k, levels ? " ties" : "",
+                nan_every ? " NaNs" : "");
+    tpair x = {0}, vals = {0}, idx = {0};
+    float *xv = randn(M * N, 1.0f, false);
+    for (int64_t i = 0; i < M * N; i++) {
+        if (levels) xv[i] = (float)rand_below(levels);
+        if (nan_every && rand_below(nan_every) == 0) xv[i] = NAN;
+    }
+    TRY(act_pair(&x, F32, xv, SHAPE(M, N)));
+    TRY(out_pair(&vals, F32, SHAPE(M, k)));
+    TRY(out_pair(&idx, I32, SHAPE(M, k)));
+    TRY(cpu->topk(cpu, vals.c, idx.c, x.c, k));
+    TRY(gpu->topk(gpu, vals.g, idx.g, x.g, k));
+    if (compare_i32("idx", idx.c, idx.g, k, false)) compare("vals", vals.c, vals.g, 0.0);
+done:
+    check_end();
+}
+
+static void check_gather(int64_t V, int64_t D, int64_t M, int table_dt, int y_dt) {
+    char dts[48];
+    snprintf(dts, sizeof dts, "table:%s y:%s", dt_name(table_dt), dt_name(y_dt));
+    check_begin("gather_rows", dts, "%lld of %lldx%lld", (long long)M, (long long)V, (long long)D);
+    tpair table = {0}, ids = {0}, y = {0};
+    TRY(weight_pair(&table, table_dt, 2, V, D, 1.0f, 0.0f, 128, 128));
+    int32_t *id = hmem((size_t)M * sizeof(int32_t));
+    for (int64_t m = 0; m < M; m++) id[m] = (int32_t)rand_below(V);
+    TRY(i32_pair(&ids, id, SHAPE(M)));
+    TRY(out_pair(&y, y_dt, SHAPE(M, D)));
+    TRY(cpu->gather_rows(cpu, y.c, table.c, ids.c));
+    TRY(gpu->gather_rows(gpu, y.g, table.g, ids.g));
+    compare(NULL, y.c, y.g, THR(table_dt, y_dt));
+done:
+    check_end();
+}
+
+static void check_scatter(int64_t V, int64_t D, int64_t M, int dt) {
+    check_begin("scatter_rows", dt_name(dt), "%lld into %lldx%lld", (long long)M, (long long)V, (long long)D);
+    tpair x = {0}, ids = {0}, y = {0};
+    TRY(act_pair(&y, dt, randn(V * D, 1.0f, dt == BF16), SHAPE(V, D)));
+    TRY(act_pair(&x, dt, randn(M * D, 1.0f, dt == BF16), SHAPE(M, D)));
+    int32_t *id = hmem((size_t)M * sizeof(int32_t)), *scratch = hmem((size_t)V * sizeof(int32_t));
+    rand_distinct(id, M, V, scratch);
+    TRY(i32_pair(&ids, id, SHAPE(M)));
+    TRY(cpu->scatter_rows(cpu, y.c, x.c, ids.c));
+    TRY(gpu->scatter_rows(gpu, y.g, x.g, ids.g));
+    compare(NULL, y.c, y.g, 0.0);
+done:
+    check_end();
+}
+
+/* --- mHC -------------------------------------------------------------------------------------------------- */
+static void check_mhc_expand(int64_t N, int64_t S, int64_t D, int dt) {
+    check_begin("mhc_expand", dt_name(dt), "N %lld S %lld D %lld", (long long)N, (long long)S, (long long)D);
+    tpair x = {0}, H = {0};
+    NEED(mhc_expand);
+    TRY(act_pair(&x, dt, randn(N * D, 1.0f, dt == BF16), SHAPE(N, D)));
+    TRY(out_pair(&H, dt, SHAPE(N, S, D)));
+    TRY(cpu->mhc_expand(cpu, H.c, x.c));
+    TRY(gpu->mhc_expand(gpu, H.g, x.g));
+    compare(NULL, H.c, H.g, THR(dt));
+done:
+    check_end();
+}
+
+static void check_mhc_pre(int64_t N, int64_t S, int64_t D, int dt, int fn_dt) {
+    char dts[48];
+    snprintf(dts, sizeof dts, "H:%s fn:%s", dt_name(dt), dt_name(fn_dt));
+    check_begin("mhc_pre", dts, "N %lld S %lld D %lld", (long long)N, (long long)S, (long long)D);
+    tpair H = {0}, fn = {0}, base = {0}, scale = {0}, x = {0}, post = {0}, comb = {0};
+    NEED(mhc_pre);
+    int64_t n_mix = (2 + S) * S;
+    TRY(act_pair(&H, dt, randn(N * S * D, 1.0f, dt == BF16), SHAPE(N, S, D)));
+    /* fn ~ 1/sqrt(S*D) so that the 24 mixes are O(1): Sinkhorn then sees a non-trivial matrix */
+    TRY(weight_pair(&fn, fn_dt, 2, n_mix, S * D, 1.0f / sqrtf((float)(S * D)), 0.0f, 0, 0));
+    TRY(weight_pair(&base, F32, 1, 1, n_mix, 0.5f, 0.0f, 0, 0));
+    float sc[3] = {0.8f, 1.1f, 1.3f};
+    TRY(tensor_from(cpu, &scale.c, F32, sc, SHAPE(3)));
+    TRY(tensor_from(gpu, &scale.g, F32, sc, SHAPE(3)));
+    TRY(out_pair(&x, dt, SHAPE(N, D)));
+    TRY(out_pair(&post, F32, SHAPE(N, S)));
+    TRY(out_pair(&comb, F32, SHAPE(N, S, S)));
+    TRY(cpu->mhc_pre(cpu, x.c, post.c, comb.c, H.c, fn.c, base.c, scale.c, 1e-5f, 1e-6f, 20));
+    TRY(gpu->mhc_pre(gpu, x.g, post.g, comb.g, H.g, fn.g, base.g, scale.g, 1e-5f, 1e-6f, 20));
+    double thr = THR(dt, fn_dt);
+    compare("x", x.c, x.g, thr);
+    compare("post", post.c, post.g, thr);
+    compare("comb", comb.c, comb.g, thr);
+done:
+    check_end();
+}
+
+static void check_mhc_post(int64_t N, int64_t S, int64_t D, int dt) {
+    check_begin("mhc_post", dt_name(dt), "N %lld S %lld D %lld", (long long)N, (long long)S, (long long)D);
+    tpair y = {0}, Hin = {0}, post = {0}, comb = {0}, Hout = {0};
+    NEED(mhc_post);
+    TRY(act_pair(&y, dt, randn(N * D, 1.0f, dt == BF16), SHAPE(N, D)));
+    TRY(act_pair(&Hin, dt, randn(N * S * D, 1.0f, dt == BF16), SHAPE(N, S, D)));
+    TRY(act_pair(&post, F32, randu(N * S, 0.0f, 2.0f, false), SHAPE(N, S)));
+    TRY(act_pair(&comb, F32, randu(N * S * S, 0.0f, 0.5f, false), SHAPE(N, S, S)));
+    TRY(out_pair(&Hout, dt, SHAPE(N, S, D)));
+    TRY(cpu->mhc_post(cpu, Hout.c, y.c, Hin.c, post.c, comb.c));
+    TRY(gpu->mhc_post(gpu, Hout.g, y.g, Hin.g, post.g, comb.g));
+    compare(NULL, Hout.c, Hout.g, THR(dt));
+done:
+    check_end();
+}
+
+static void check_mhc_mean(int64_t N, int64_t S, int64_t D, int dt) {
+    check_begin("mhc_mean", dt_name(dt), "N %lld S %lld D %lld", (long long)N, (long long)S, (long long)D);
+    tpair H = {0}, y = {0};
+    NEED(mhc_mean);
+    TRY(act_pair(&H, dt, randn(N * S * D, 1.0f, dt == BF16), SHAPE(N, S, D)));
+    TRY(out_pair(&y, dt, SHAPE(N, D)));
+    TRY(cpu->mhc_mean(cpu, y.c, H.c));
+    TRY(gpu->mhc_mean(gpu, y.g, H.g));
+    compare(NULL, y.c, y.g, THR(dt));
+done:
+    check_end();
+}
+
+/* --- KDA -------------------------------------------------------------------------------------------------- */
+static void check_kda_gate(int64_t N, int64_t heads, int64_t dk, int dt, int lower_bound) {
+    check_begin("kda_gate", dt_name(dt), "N %lld heads %lld dk %lld%s", (long long)N, (long long)heads, (long long)dk,
+                lower_bound ? " lower bound" : " softplus");
+    tpair f = {0}, A = {0}, dtb = {0}, g = {0};
+    NEED(kda_gate);
+    int64_t C = heads * dk;
+    TRY(act_pair(&f, dt, randn(N * C, 3.0f, dt == BF16), SHAPE(N, C)));
+    TRY(weight_pair(&A, F32, 1, 1, heads, 0.5f, 0.0f, 0, 0));
+    TRY(weight_pair(&dtb, F32, 1, 1, C, 1.0f, 0.0f, 0, 0));
+    TRY(out_pair(&g, F32, SHAPE(N, C)));
+    TRY(cpu->kda_gate(cpu, g.c, f.c, A.c, dtb.c, lower_bound, -5.0f));
+    TRY(gpu->kda_gate(gpu, g.g, f.g, A.g, dtb.g, lower_bound, -5.0f));
+    compare(NULL, g.c, g.g, THR(dt));
+done:
+    check_end();
+}
+
+/* snap_every > 0: a snapshot after every snap_every-th row (and the last); snap_last_is_state: the last row's
+ * snapshot is the state tensor itself (allowed by the contract). */
+static void check_kda_recurrent(int64_t H, int64_t dk, int64_t dv, int64_t T, int dt, int snap_every,
+                                bool snap_last_is_state) {
+    check_begin("kda_recurrent", dt_name(dt), "H %lld dk %lld dv %lld T %lld%s", (long long)H, (long long)dk,
+                (long long)dv, (long long)T, snap_every ? (snap_last_is_state ? " snaps(last=state)" : " snaps") : "");
+    tpair q = {0}, k = {0}, v = {0}, g = {0}, beta = {0}, o = {0}, state = {0};
+    tpair snaps[80] = {{0}};
+    glm53_tensor *snap_c[80] = {0}, *snap_g[80] = {0};
+    NEED(kda_recurrent);
+    assert(T <= 80);
+    int64_t rows = T * H;
+    /* q, k L2-normalised per head (q also scaled by dk^-1/2), as the model feeds them */
+    float *qv = randn(rows * dk, 1.0f, false), *kv = randn(rows * dk, 1.0f, false);
+    for (int64_t r = 0; r < rows; r++) {
+        double sq = 0, sk = 0;
+        for (int64_t i = 0; i < dk; i++) sq += (double)qv[r * dk + i] * qv[r * dk + i], sk += (double)kv[r * dk + i] * kv[r * dk + i];
+        for (int64_t i = 0; i < dk; i++) {
+            qv[r * dk + i] = (float)(qv[r * dk + i] / sqrt(sq) / sqrt((double)dk));
+            kv[r * dk + i] = (float)(kv[r * dk + i] / sqrt(sk));
+            if (dt == BF16) qv[r * dk + i] = glm53_round_bf16(qv[r * dk + i]), kv[r * dk + i] = glm53_round_bf16(kv[r * dk + i]);
+        }
+    }
+    float *gv = randn(rows * dk, 1.0f, false), *bv = randn(rows, 1.0f, false);
+    for (int64_t i = 0; i < rows * dk; i++) gv[i] = -5.0f / (1.0f + expf(-gv[i]));   /* the lower-bound gate */
+    for (int64_t i = 0; i < rows; i++) bv[i] = 1.0f / (1.0f + expf(-bv[i]));
+    TRY(act_pair(&q, dt, qv, SHAPE(T, H, dk)));
+    TRY(act_pair(&k, dt, kv, SHAPE(T, H, dk)));
+    TRY(act_pair(&v, dt, randn(rows * dv, 1.0f, dt == BF16), SHAPE(T, H, dv)));
+    TRY(act_pair(&g, F32, gv, SHAPE(T, H, dk)));
+    TRY(act_pair(&beta, F32, bv, SHAPE(T, H)));
+    TRY(act_pair(&state, F32, randn(H * dk * dv, 0.1f, false), SHAPE(H, dk, dv)));
+    TRY(out_pair(&o, dt, SHAPE(T, H, dv)));
+    bool any_snap = false;
+    for (int64_t t = 0; snap_every && t < T; t++) {
+        if (t % snap_every != 0 && t != T - 1) continue;
+        any_snap = true;
+        if (t == T - 1 && snap_last_is_state) snaps[t] = state;
+        else TRY(out_pair(&snaps[t], F32, SHAPE(H, dk, dv)));
+        snap_c[t] = snaps[t].c;
+        snap_g[t] = snaps[t].g;
+    }
+    TRY(cpu->kda_recurrent(cpu, o.c, q.c, k.c, v.c, g.c, beta.c, state.c, any_snap ? snap_c : NULL));
+    TRY(gpu->kda_recurrent(gpu, o.g, q.g, k.g, v.g, g.g, beta.g, state.g, any_snap ? snap_g : NULL));
+    double thr = THR(dt);
+    compare("o", o.c, o.g, thr);
+    compare("state", state.c, state.g, thr);
+    for (int64_t t = 0; t < T; t++) {
+        if (!snaps[t].c || snaps[t].c == state.c) continue;
+        char what[24];
+        snprintf(what, sizeof what, "snap%lld", (long long)t);
+        compare(what, snaps[t].c, snaps[t].g, thr);
+    }
+done:
+    check_end();
+}
+
+/* --- KPool indexer ---------------------------------------------------------------------------------------- */
+static void check_kpool_compress(int64_t G, int64_t P, int64_t dI, int dt, int ape_dt) {
+    char dts[48];
+    snprintf(dts, sizeof dts, "kappa:%s ape:%s", dt_name(dt), dt_name(ape_dt));
+    check_begin("kpool_compress", dts, "G %lld P %lld dI %lld", (long long)G, (long long)P, (long long)dI);
+    tpair kappa = {0}, sigma = {0}, ape = {0}, pooled = {0};
+    NEED(kpool_compress);
+    TRY(act_pair(&kappa, dt, randn(G * P * dI, 1.0f, dt == BF16), SHAPE(G * P, dI)));
+    TRY(act_pair(&sigma, dt, randn(G * P * dI, 2.0f, dt == BF16), SHAPE(G * P, dI)));
+    TRY(weight_pair(&ape, ape_dt, 2, P, dI, 1.0f, 0.0f, 0, 0));
+    TRY(out_pair(&pooled, F32, SHAPE(G, dI)));
+    TRY(cpu->kpool_compress(cpu, pooled.c, kappa.c, sigma.c, ape.c));
+    TRY(gpu->kpool_compress(gpu, pooled.g, kappa.g, sigma.g, ape.g));
+    compare(NULL, pooled.c, pooled.g, THR(dt, ape_dt));
+done:
+    check_end();
+}
+
+static void check_kpool_score(int64_t T, int64_t Hi, int64_t dI, int64_t G, int dt) {
+    check_begin("kpool_score", dt_name(dt), "T %lld Hi %lld dI %lld G %lld", (long long)T, (long long)Hi,
+                (long long)dI, (long long)G);
+    tpair Q = {0}, w = {0}, pooled = {0}, closed = {0}, scores = {0};
+    NEED(kpool_score);
+    TRY(act_pair(&Q, dt, randn(T * Hi * dI, 1.0f, dt == BF16), SHAPE(T, Hi, dI)));
+    TRY(act_pair(&w, F32, randn(T * Hi, 1.0f / sqrtf((float)Hi), false), SHAPE(T, Hi)));
+    TRY(act_pair(&pooled, F32, randn((G + 3) * dI, 1.0f, false), SHAPE(G + 3, dI)));   /* more rows than G */
+    int32_t *nc = hmem((size_t)T * sizeof(int32_t));
+    for (int64_t t = 0; t < T; t++) nc[t] = t == 0 ? (int32_t)G : t == 1 ? 0 : (int32_t)rand_below(G + 1);
+    TRY(i32_pair(&closed, nc, SHAPE(T)));
+    TRY(out_pair(&scores, F32, SHAPE(T, G)));
+    float scale = 1.0f / sqrtf((float)dI);
+    TRY(cpu->kpool_score(cpu, scores.c, Q.c, w.c, pooled.c, closed.c, scale));
+    TRY(gpu->kpool_score(gpu, scores.g, Q.g, w.g, pooled.g, closed.g, scale));
+    compare(NULL, scores.c, scores.g, THR(dt));
+done:
+    check_end();
+}
+
+/* pos[] gives each row's absolute position; levels > 0 draws scores from that many values (ties). */
+static void check_kpool_select(int64_t T, const int32_t *pos, int64_t G, int32_t P, int32_t n_select, int with_tail,
+                               int levels) {
+    check_begin("kpool_select", "f32", "T %lld G %lld P %d n_sel %d%s%s", (long long)T, (long long)G, P, n_select,
+                with_tail ? " tail" : "", levels ? " ties" : "");
+    tpair scores = {0}, pp = {0}, idx = {0};
+    NEED(kpool_select);
+    int64_t W = (int64_t)n_select * P + (with_tail ? P - 1 : 0);
+    float *sv = randn(T * G, 1.0f, false);
+    if (levels)
+        for (int64_t i = 0; i < T * G; i++) sv[i] = (float)rand_below(levels);
+    TRY(act_pair(&scores, F32, sv, SHAPE(T, G)));
+    TRY(i32_pair(&pp, pos, SHAPE(T)));
+    TRY(out_pair(&idx, I32, SHAPE(T, W)));
+    TRY(cpu->kpool_select(cpu, idx.c, scores.c, pp.c, P, n_select, with_tail));
+    TRY(gpu->kpool_select(gpu, idx.g, scores.g, pp.g, P, n_select, with_tail));
+    compare_i32(NULL, idx.c, idx.g, W, true);
+done:
+    check_end();
+}
+
+/* --- sparse MLA ------------------------------------------------------------------------------------------- */
+static void check_sparse_mla(int64_t T, int64_t H, int64_t dk, int64_t dv, int64_t R, int64_t cap, int64_t W, int dt,
+                             int kv_dt) {
+    char dts[48];
+    snprintf(dts, sizeof dts, "q:%s kv_b:%s", dt_name(dt), dt_name(kv_dt));
+    check_begin("sparse_mla", dts, "T %lld H %lld dk %lld dv %lld R %lld W %lld", (long long)T, (long long)H,
+                (long long)dk, (long long)dv, (long long)R, (long long)W);
+    tpair q = {0}, latent = {0}, idx = {0}, kv_b = {0}, o = {0};
+    NEED(sparse_mla);
+    /* Selected positions: distinct, random order, some -1 in the middle, -1 padding at the end; with T >= 3 the
+     * last row has none at all (zeros). */
+    int32_t *iv = hmem((size_t)(T * W) * sizeof(int32_t)), *scratch = hmem((size_t)cap * sizeof(int32_t));
+    for (int64_t t = 0; t < T; t++) {
+        int64_t n_valid = W - 3 < cap ? W - 3 : cap;
+        rand_distinct(iv + t * W, n_valid, cap, scratch);
+        for (int64_t j = n_valid; j < W; j++) iv[t * W + j] = -1;
+        if (W > 5) iv[t * W + 2] = -1;
+        if (T >= 3 && t == T - 1)
+            for (int64_t j = 0; j < W; j++) iv[t * W + j] = -1;
+    }
+    TRY(act_pair(&q, dt, randn(T * H * dk, 1.0f, dt == BF16), SHAPE(T, H, dk)));
+    TRY(act_pair(&latent, dt, randn(cap * R, 1.0f, dt == BF16), SHAPE(cap, R)));
+    TRY(i32_pair(&idx, iv, SHAPE(T, W)));
+    /* kv_b ~ 1.5 / sqrt(R): scores of a few units, so the softmax is neither flat nor one-hot */
+    TRY(weight_pair(&kv_b, kv_dt, 2, H * (dk + dv), R, 1.5f / sqrtf((float)R), 0.0f, 0, 0));
+    TRY(out_pair(&o, dt, SHAPE(T, H, dv)));
+    float scale = 1.0f / sqrtf((float)dk);
+    TRY(cpu->sparse_mla(cpu, o.c, q.c, latent.c, idx.c, kv_b.c, scale));
+    TRY(gpu->sparse_mla(gpu, o.g, q.g, latent.g, idx.g, kv_b.g, scale));
+    compare(NULL, o.c, o.g, THR(dt, kv_dt));
+done:
+    check_end();
+}
+
+/* --- MoE -------------------------------------------------------------------------------------------------- */
+static void check_moe_route(int64_t N, int64_t E, int64_t K, int32_t n_group, int32_t topk_group, int32_t norm,
+                            float scaling) {
+    check_begin("moe_route", "f32", "N %lld E %lld k %lld groups %d/%d%s", (long long)N, (long long)E, (long long)K,
+                topk_group, n_group, norm ? " norm" : "");
+    tpair logits = {0}, bias = {0}, ids = {0}, w = {0};
+    NEED(moe_route);
+    TRY(act_pair(&logits, F32, randn(N * E, 2.0f, false), SHAPE(N, E)));
+    TRY(weight_pair(&bias, F32, 1, 1, E, 0.1f, 0.0f, 0, 0));
+    TRY(out_pair(&ids, I32, SHAPE(N, K)));
+    TRY(out_pair(&w, F32, SHAPE(N, K)));
+    TRY(cpu->moe_route(cpu, ids.c, w.c, logits.c, bias.c, n_group, topk_group, norm, scaling));
+    TRY(gpu->moe_route(gpu, ids.g, w.g, logits.g, bias.g, n_group, topk_group, norm, scaling));
+    if (compare_i32("ids", ids.c, ids.g, K, false)) compare("weights", w.c, w.g, 1e-5);
+done:
+    check_end();
+}
+
+static void check_moe_experts(int64_t N, int64_t D, int64_t F, int32_t E, int64_t K, int dt, int w_dt, int blk,
+                              bool last_expert_unused) {
+    char dts[48];
+    snprintf(dts, sizeof dts, "x:%s w:%s", dt_name(dt), dt_name(w_dt));
+    if (w_dt == FP8) snprintf(dts + strlen(dts), sizeof dts - strlen(dts), " %dx%d", blk, blk);
+    check_begin("moe_experts", dts, "N %lld D %lld F %lld E %d k %lld", (long long)N, (long long)D, (long long)F, E,
+                (long long)K);
+    tpair x = {0}, ids = {0}, wts = {0}, y = {0};
+    tpair gate[64] = {{0}}, up[64] = {{0}}, down[64] = {{0}};
+    const glm53_tensor *gc[64] = {0}, *uc[64] = {0}, *dc[64] = {0}, *gg[64] = {0}, *ug[64] = {0}, *dg[64] = {0};
+    NEED(moe_experts);
+    assert(E <= 64);
+    int32_t routable = last_expert_unused ? E - 1 : E;   /* the unused expert has no weights at all */
+    assert(K <= routable);
+    for (int32_t e = 0; e < routable; e++) {
+        TRY(weight_pair(&gate[e], w_dt, 2, F, D, 1.5f / sqrtf((float)D), 0.0f, blk, blk));
+        TRY(weight_pair(&up[e], w_dt, 2, F, D, 1.5f / sqrtf((float)D), 0.0f, blk, blk));
+        TRY(weight_pair(&down[e], w_dt, 2, D, F, 1.0f / sqrtf((float)F), 0.0f, blk, blk));
+        gc[e] = gate[e].c, uc[e] = up[e].c, dc[e] = down[e].c;
+        gg[e] = gate[e].g, ug[e] = up[e].g, dg[e] = down[e].g;
+    }
+    int32_t *iv = hmem((size_t)(N * K) * sizeof(int32_t)), *scratch = hmem((size_t)routable * sizeof(int32_t));
+    for (int64_t n = 0; n < N; n++) rand_distinct(iv + n * K, K, routable, scratch);
+    TRY(act_pair(&x, dt, randn(N * D, 1.0f, dt == BF16), SHAPE(N, D)));
+    TRY(i32_pair(&ids, iv, SHAPE(N, K)));
+    TRY(act_pair(&wts, F32, randu(N * K, 0.1f, 1.0f, false), SHAPE(N, K)));
+    TRY(out_pair(&y, dt, SHAPE(N, D)));
+    TRY(cpu->moe_experts(cpu, y.c, x.c, ids.c, wts.c, gc, uc, dc, E, 10.0f));
+    TRY(gpu->moe_experts(gpu, y.g, x.g, ids.g, wts.g, gg, ug, dg, E, 10.0f));
+    compare(NULL, y.c, y.g, THR(dt, w_dt));
+done:
+    check_end();
+}
+
+/* ============================================================================================================
+ * Groups
+ * ==========================================================================================================*/
+static void group_memory(void) {
+    check_roundtrip(F32, 1000);
+    check_roundtrip(BF16, 4097);
+    check_copy(F32, BF16, 17, 130);
+    check_copy(BF16, F32, 3, 4096);
+    check_copy(F32, F32, 257, 33);
+    check_copy(BF16, BF16, 1, 5);
+    check_fill(F32, 3.5f, 1001);
+    check_fill(BF16, -2.25f, 77);
+    check_fill(I32, 7.0f, 5);
+    check_allocator_reuse();
+    check_bad_index(false);
+    check_bad_index(true);
+}
+
+static void group_matmul(void) {
+    static const int64_t shapes[][3] = {{1, 4096, 4096}, {17, 4096, 4096}, {257, 4096, 4096},
+                                        {1, 300, 200},   {3, 300, 200},    {17, 300, 200}, {257, 300, 200}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        check_matmul(shapes[i][0], shapes[i][1], shapes[i][2], BF16, BF16, BF16, 0, 0);
+    /* FP8: GEMV (M <= 16) with aligned rows, unaligned rows, sub-block and straddling scale blocks; GEMM path */
+    check_matmul(1, 4096, 4096, BF16, FP8, BF16, 128, 128);
+    check_matmul(3, 4096, 4096, BF16, FP8, BF16, 128, 128);
+    check_matmul(16, 4096, 4096, BF16, FP8, BF16, 128, 128);
+    check_matmul(17, 4096, 4096, BF16, FP8, BF16, 128, 128);
+    check_matmul(257, 4096, 4096, BF16, FP8, BF16, 128, 128);
+    check_matmul(1, 300, 200, BF16, FP8, BF16, 128, 128);
+    check_matmul(17, 300, 200, BF16, FP8, BF16, 128, 128);
+    check_matmul(3, 300, 208, BF16, FP8, BF16, 16, 32);
+    check_matmul(2, 100, 256, BF16, FP8, BF16, 8, 24);
+    /* F32 paths */
+    check_matmul(1, 4096, 4096, F32, F32, F32, 0, 0);
+    check_matmul(17, 300, 200, F32, F32, F32, 0, 0);
+    check_matmul(257, 300, 200, F32, F32, F32, 0, 0);
+    check_matmul(3, 288, 4096, BF16, F32, F32, 0, 0);   /* the router */
+    check_matmul(1, 4096, 4096, F32, FP8, F32, 128, 128);
+    check_matmul(17, 300, 200, F32, FP8, F32, 128, 128);
+    check_matmul(3, 300, 200, F32, BF16, F32, 0, 0);
+    check_matmul(17, 300, 200, F32, BF16, BF16, 0, 0);
+    /* mixed */
+    check_matmul(17, 4096, 4096, BF16, BF16, F32, 0, 0);
+    check_matmul(5, 300, 200, BF16, F16, BF16, 0, 0);
+    check_matmul(1, 300, 200, F32, F16, F32, 0, 0);
+}
+
+static void group_norm(void) {
+    static const int64_t shapes[][2] = {{1, 4096}, {3, 5}, {17, 130}, {257, 33}, {257, 4096}};
+    for (int kind = NORM_RMS; kind <= NORM_SOFTMAX; kind++)
+        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+            for (int dt = F32; dt <= BF16; dt++) {
+                int w_dt = (kind == NORM_RMS || kind == NORM_LAYER) ? (i % 2 ? BF16 : F32) : -1;
+                check_norm((enum norm_kind)kind, shapes[i][0], shapes[i][1], dt, w_dt, false);
+            }
+    check_norm(NORM_RMS, 17, 130, BF16, -1, false);
+    check_norm(NORM_LAYER, 17, 130, F32, -1, false);
+    check_norm(NORM_RMS, 257, 4096, BF16, BF16, true);
+    check_norm(NORM_LAYER, 17, 130, F32, F32, true);
+    check_norm(NORM_L2, 64, 128, BF16, -1, true);
+    check_norm(NORM_SOFTMAX, 3, 154880, F32, -1, true);
+    check_rmsnorm_gated(12, 16, F32, F32, false);
+    check_rmsnorm_gated(64, 128, BF16, F32, false);
+    check_rmsnorm_gated(64, 128, BF16, BF16, true);
+    check_rmsnorm_gated(34, 130, F32, BF16, false);
+}
+
+static void group_elementwise(void) {
+    for (int op = GLM53_UNARY_SIGMOID; op <= GLM53_UNARY_RELU; op++) {
+        check_unary((glm53_unary_op)op, 1, 1, F32);
+        check_unary((glm53_unary_op)op, 17, 33, BF16);
+        check_unary((glm53_unary_op)op, 257, 130, F32);
+        check_unary((glm53_unary_op)op, 3, 4096, BF16);
+    }
+    for (int op = GLM53_BINARY_ADD; op <= GLM53_BINARY_MUL; op++) {
+        check_binary((glm53_binary_op)op, 17, 130, BF16, false, false);
+        check_binary((glm53_binary_op)op, 257, 33, F32, true, false);
+        check_binary((glm53_binary_op)op, 3, 4096, BF16, true, true);
+        check_binary((glm53_binary_op)op, 1, 5, F32, false, true);
+    }
+    check_axpby(17, 130, BF16, 0.7f, 0.0f, false);
+    check_axpby(257, 33, F32, -1.5f, 0.5f, false);
+    check_axpby(3, 4096, F32, 0.176f, 0.0f, true);
+    check_axpby(1, 5, BF16, 2.0f, 1.0f, false);
+    check_swiglu(17, 130, BF16, 10.0f);
+    check_swiglu(257, 33, F32, 10.0f);
+    check_swiglu(3, 4096, F32, 0.0f);
+    check_swiglu(1, 5, BF16, 0.0f);
+    check_conv1d(1, 24576, 4, BF16, F32);
+    check_conv1d(7, 33, 4, F32, F32);
+    check_conv1d(65, 130, 4, BF16, BF16);
+    check_conv1d(3, 17, 2, F32, BF16);
+}
+
+static void group_index(void) {
+    check_topk(1, 154880, 8, 0, 0);
+    check_topk(3, 154880, 64, 0, 0);
+    check_topk(17, 33, 5, 0, 0);
+    check_topk(2, 5, 5, 0, 0);
+    check_topk(4, 1000, 64, 8, 0);
+    check_topk(4, 1000, 64, 0, 50);
+    check_topk(2, 70, 64, 3, 2);   /* more NaNs than numbers in places: NaNs must come last, by index */
+    check_gather(1000, 130, 17, BF16, BF16);
+    check_gather(1000, 130, 17, BF16, F32);
+    check_gather(300, 4096, 3, FP8, BF16);
+    check_gather(300, 4096, 3, FP8, F32);
+    check_gather(5000, 33, 257, F32, F32);
+    check_gather(100, 20, 5, F16, F32);
+    check_scatter(1000, 130, 17, BF16);
+    check_scatter(300, 33, 257, F32);
+    check_scatter(4, 4096, 1, BF16);
+}
+
+static void group_mhc(void) {
+    for (int dt = F32; dt <= BF16; dt++) {
+        check_mhc_expand(1, 4, 4096, dt);
+        check_mhc_expand(17, 4, 130, dt);
+        check_mhc_pre(1, 4, 4096, dt, F32);
+        check_mhc_pre(3, 4, 130, dt, BF16);
+        check_mhc_pre(17, 4, 4096, dt, BF16);
+        check_mhc_pre(5, 2, 33, dt, F32);
+        check_mhc_post(1, 4, 4096, dt);
+        check_mhc_post(17, 4, 130, dt);
+        check_mhc_post(3, 3, 33, dt);
+        check_mhc_mean(1, 4, 4096, dt);
+        check_mhc_mean(17, 4, 130, dt);
+    }
+}
+
+static void group_kda(void) {
+    for (int dt = F32; dt <= BF16; dt++) {
+        check_kda_gate(1, 64, 128, dt, 1);
+        check_kda_gate(17, 4, 16, dt, 0);
+        check_kda_gate(3, 3, 11, dt, 1);
+        check_kda_recurrent(4, 16, 16, 1, dt, 1, false);
+        check_kda_recurrent(4, 16, 16, 7, dt, 3, true);
+        check_kda_recurrent(4, 16, 16, 65, dt, 16, false);
+        check_kda_recurrent(2, 33, 20, 5, dt, 2, false);
+    }
+    check_kda_recurrent(64, 128, 128, 3, BF16, 0, false);
+    check_kda_recurrent(64, 128, 128, 3, F32, 1, false);
+}
+
+static void group_indexer(void) {
+    for (int dt = F32; dt <= BF16; dt++) {
+        check_kpool_compress(1, 4, 128, dt, F32);
+        check_kpool_compress(5, 4, 33, dt, BF16);
+        check_kpool_compress(300, 4, 128, dt, F32);
+        check_kpool_compress(3, 16, 20, dt, F32);
+        check_kpool_score(1, 32, 128, 3000, dt);
+        check_kpool_score(5, 4, 32, 7, dt);
+        check_kpool_score(3, 32, 128, 700, dt);
+    }
+    {
+        const int32_t pos[] = {2, 20, 100, 119};   /* closed 0, 5, 25, 30 */
+        check_kpool_select(4, pos, 30, 4, 8, 1, 0);
+        check_kpool_select(4, pos, 30, 4, 8, 1, 3);
+    }
+    {
+        const int32_t pos[] = {1, 31, 35, 119};   /* closed 0 (no position at all), 8 (= n_select), 9, 30 */
+        check_kpool_select(4, pos, 30, 4, 8, 0, 0);
+        check_kpool_select(4, pos, 30, 4, 8, 0, 2);
+    }
+    {
+        const int32_t pos[] = {2399, 2050, 100};   /* closed 600, 512, 25 */
+        check_kpool_select(3, pos, 600, 4, 512, 1, 0);
+        check_kpool_select(3, pos, 600, 4, 512, 1, 5);
+    }
+    {
+        const int32_t pos[] = {999999, 400002};   /* closed 250000, 100000 */
+        check_kpool_select(2, pos, 250000, 4, 512, 1, 0);
+    }
+    for (int dt = F32; dt <= BF16; dt++) {
+        check_sparse_mla(1, 4, 32, 16, 32, 40, 12, dt, dt);
+        check_sparse_mla(5, 4, 32, 16, 32, 40, 12, dt, F32);
+        check_sparse_mla(3, 2, 8, 8, 16, 20, 7, dt, BF16);
+    }
+    check_sparse_mla(2, 64, 256, 256, 512, 3000, 2051, BF16, BF16);
+    check_sparse_mla(3, 64, 256, 256, 512, 3000, 2051, F32, F32);
+}
+
+static void group_moe(void) {
+    check_moe_route(1, 288, 8, 1, 1, 1, 2.5f);
+    check_moe_route(17, 288, 8, 1, 1, 1, 2.5f);
+    check_moe_route(5, 64, 6, 8, 3, 0, 1.0f);
+    check_moe_route(3, 16, 4, 4, 2, 1, 2.5f);
+    check_moe_experts(1, 64, 32, 8, 2, BF16, BF16, 0, true);
+    check_moe_experts(5, 64, 32, 8, 2, F32, F32, 0, true);
+    check_moe_experts(40, 130, 48, 6, 3, BF16, FP8, 16, false);
+    check_moe_experts(40, 130, 48, 6, 3, F32, FP8, 16, false);
+    check_moe_experts(700, 64, 32, 8, 2, BF16, BF16, 0, false);   /* more rows than one chunk */
+    check_moe_experts(1, 4096, 2048, 12, 8, BF16, FP8, 128, false);
+    check_moe_experts(33, 4096, 2048, 12, 8, BF16, FP8, 128, false);
+}
+
+typedef struct {
+    const char *name;
+    void (*run)(void);
+} group;
+
+static const group groups[] = {
+    {"memory", group_memory},   {"matmul", group_matmul}, {"norm", group_norm}, {"elementwise", group_elementwise},
+    {"index", group_index},     {"mhc", group_mhc},       {"kda", group_kda},   {"indexer", group_indexer},
+    {"moe", group_moe},
+};
+
+/* ============================================================================================================
+ * Timing (informative): CUDA events on the backend's stream around `reps` launches after `warm` ones
+ * ==========================================================================================================*/
+typedef struct {
+    char op[40], shape[64];
+    double us, floor_us, bytes, flops;
+} bench_row;
+
+static bench_row benches[32];
+static int n_benches;
+
+enum { BENCH_WARM = 3, BENCH_REPS = 20 };
+static const double HBM_BYTES_PER_S = 4.3e12, BF16_FLOPS_PER_S = 790e12;
+
+typedef glm53_status (*bench_call)(void *ctx);
+
+/* A weight [rows, cols] on the CUDA side only, constant (timings do not depend on the values): BF16 0.01, or
+ * FP8 code 0x38 (1.0) with a 128x128 block scale of 0.01. */
+static glm53_status bench_weight(glm53_tensor **out, int dtype, int64_t rows, int64_t cols) {
+    if (dtype == BF16) {
+        GLM53_TRY(new_tensor(gpu, out, BF16, SHAPE(rows, cols)));
+        return gpu->fill(gpu, *out, 0.01f);
+    }
+    assert(dtype == FP8);
+    uint8_t *codes = hmem((size_t)(rows * cols));
+    memset(codes, 0x38, (size_t)(rows * cols));
+    glm53_tensor *scale;
+    GLM53_TRY(new_tensor(gpu, &scale, F32, SHAPE((rows + 127) / 128, (cols + 127) / 128)));
+    GLM53_TRY(gpu->fill(gpu, scale, 0.01f));
+    GLM53_TRY(tensor_raw(gpu, out, FP8, codes, SHAPE(rows, cols)));
+    (*out)->scale = scale;
+    (*out)->block_rows = (*out)->block_cols = 128;
+    return GLM53_OK;
+}
+
+/* A failed timing run is printed, not tabled: timings are informative and the checks cover correctness. */
+static void bench_end(void) {
+    if (ck.failed) printf("timing %s %s failed: %s\n", ck.op, ck.shape, ck.msg);
+    check_cleanup();
+}
+
+static void bench_record(const char *op, const char *shape, double us, double bytes, double flops) {
+    if (n_benches == (int)(sizeof benches / sizeof benches[0])) return;
+    bench_row *b = &benches[n_benches++];
+    snprintf(b->op, sizeof b->op, "%s", op);
+    snprintf(b->shape, sizeof b->shape, "%s", shape);
+    b->us = us;
+    b->bytes = bytes;
+    b->flops = flops;
+    double t_mem = bytes / HBM_BYTES_PER_S, t_flop = flops / BF16_FLOPS_PER_S;
+    b->floor_us = 1e6 * (t_mem > t_flop ? t_mem : t_flop);
+}
+
+/* Mean microseconds per call, or a negative number when a call or an event failed (message printed). */
+static double bench_time(bench_call call, void *ctx) {
+    cudaStream_t stream = (cudaStream_t)glm53_cuda_backend_stream(gpu);
+    for (int i = 0; i < BENCH_WARM; i++)
+        if (!status_ok(call(ctx), "bench warm-up")) return -1.0;
+    if (!status_ok(gpu->sync(gpu), "bench sync")) return -1.0;
+    cudaEvent_t start, stop;
+    if (cudaEventCreate(&start) != cudaSuccess || cudaEventCreate(&stop) != cudaSuccess) return -1.0;
+    float ms = -1.0f;
+    bool ok = cudaEventRecord(start, stream) == cudaSuccess;
+    for (int i = 0; ok && i < BENCH_REPS; i++) ok = status_ok(call(ctx), "bench call");
+    ok = ok && cudaEventRecord(stop, stream) == cudaSuccess && cudaEventSynchronize(stop) == cudaSuccess &&
+         cudaEventElapsedTime(&ms, start, stop) == cudaSuccess;
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    return ok ? 1000.0 * ms / BENCH_REPS : -1.0;
+}
+
+typedef struct {
+    glm53_tensor *y, *x, *w;
+} mm_ctx;
+static glm53_status call_matmul(void *p) {
+    mm_ctx *c = p;
+    return gpu->matmul(gpu, c->y, c->x, c->w);
+}
+
+static void bench_matmul(int64_t M, int64_t N, int64_t K, int w_dt) {
+    char shape[64];
+    snprintf(shape, sizeof shape, "%lldx%lldx%lld w:%s", (long long)M, (long long)N, (long long)K, dt_name(w_dt));
+    check_begin("bench matmul", dt_name(w_dt), "%s", shape);
+    mm_ctx c = {0};
+    TRY(new_tensor(gpu, &c.x, BF16, SHAPE(M, K)));
+    TRY(gpu->fill(gpu, c.x, 0.5f));
+    TRY(new_tensor(gpu, &c.y, BF16, SHAPE(M, N)));
+    TRY(bench_weight(&c.w, w_dt, N, K));
+    double us = bench_time(call_matmul, &c);
+    double bytes = (double)N * K * glm53_dtype_size((glm53_dtype)w_dt) + 2.0 * (M * K + M * N);
+    if (us >= 0) bench_record("matmul", shape, us, bytes, 2.0 * M * N * K);
+done:
+    bench_end();
+}
+
+typedef struct {
+    glm53_tensor *o, *q, *k, *v, *g, *beta, *state;
+} kda_ctx;
+static glm53_status call_kda(void *p) {
+    kda_ctx *c = p;
+    return gpu->kda_recurrent(gpu, c->o, c->q, c->k, c->v, c->g, c->beta, c->state, NULL);
+}
+
+static void bench_kda(int64_t T) {
+    char shape[64];
+    snprintf(shape, sizeof shape, "H 64 dk 128 dv 128 T %lld", (long long)T);
+    check_begin("bench kda_recurrent", "bf16", "%s", shape);
+    kda_ctx c = {0};
+    int64_t H = 64, d = 128;
+    TRY(new_tensor(gpu, &c.q, BF16, SHAPE(T, H, d)));
+    TRY(new_tensor(gpu, &c.k, BF16, SHAPE(T, H, d)));
+    TRY(new_tensor(gpu, &c.v, BF16, SHAPE(T, H, d)));
+    TRY(new_tensor(gpu, &c.o, BF16, SHAPE(T, H, d)));
+    TRY(new_tensor(gpu, &c.g, F32, SHAPE(T, H, d)));
+    TRY(new_tensor(gpu, &c.beta, F32, SHAPE(T, H)));
+    TRY(new_tensor(gpu, &c.state, F32, SHAPE(H, d, d)));
+    TRY(gpu->fill(gpu, c.q, 0.01f));
+    TRY(gpu->fill(gpu, c.k, 0.01f));
+    TRY(gpu->fill(gpu, c.v, 0.5f));
+    TRY(gpu->fill(gpu, c.g, -0.01f));
+    TRY(gpu->fill(gpu, c.beta, 0.5f));
+    TRY(gpu->fill(gpu, c.state, 0.0f));
+    double us = bench_time(call_kda, &c);
+    /* floor: the state read and written once, plus the token rows */
+    double bytes = 2.0 * H * d * d * 4 + (double)T * H * (4 * d * 2 + d * 4 + 4);
+    if (us >= 0) bench_record("kda_recurrent", shape, us, bytes, (double)T * H * d * d * 8);
+done:
+    bench_end();
+}
+
+typedef struct {
+    glm53_tensor *o, *q, *latent, *idx, *kv_b;
+} mla_ctx;
+static glm53_status call_mla(void *p) {
+    mla_ctx *c = p;
+    return gpu->sparse_mla(gpu, c->o, c->q, c->latent, c->idx, c->kv_b, 0.0625f);
+}
+
+static void bench_sparse_mla(int64_t T) {
+    char shape[64];
+    int64_t H = 64, dk = 256, dv = 256, R = 512, W = 2051, cap = 4096;
+    snprintf(shape, sizeof shape, "T %lld H 64 dk 256 dv 256 R 512 W 2051", (long long)T);
+    check_begin("bench sparse_mla", "bf16", "%s", shape);
+    mla_ctx c = {0};
+    int32_t *iv = hmem((size_t)(T * W) * sizeof(int32_t));
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t j = 0; j < W; j++) iv[t * W + j] = (int32_t)((j * 7 + t) % cap);
+    TRY(new_tensor(gpu, &c.q, BF16, SHAPE(T, H, dk)));
+    TRY(gpu->fill(gpu, c.q, 0.1f));
+    TRY(new_tensor(gpu, &c.latent, BF16, SHAPE(cap, R)));
+    TRY(gpu->fill(gpu, c.latent, 0.1f));
+    TRY(tensor_raw(gpu, &c.idx, I32, iv, SHAPE(T, W)));
+    TRY(bench_weight(&c.kv_b, BF16, H * (dk + dv), R));
+    TRY(new_tensor(gpu, &c.o, BF16, SHAPE(T, H, dv)));
+    double us = bench_time(call_mla, &c);
+    double bytes = (double)H * (dk + dv) * R * 2 + (double)T * W * R * 2;
+    double flops = (double)T * H * 2.0 * (dk * R + 2.0 * W * R + dv * R);
+    if (us >= 0) bench_record("sparse_mla", shape, us, bytes, flops);
+done:
+    bench_end();
+}
+
+typedef struct {
+    glm53_tensor *y, *x, *ids, *wts;
+    const glm53_tensor *gate[16], *up[16], *down[16];
+    int32_t E;
+} moe_ctx;
+static glm53_status call_moe(void *p) {
+    moe_ctx *c = p;
+    return gpu->moe_experts(gpu, c->y, c->x, c->ids, c->wts, c->gate, c->up, c->down, c->E, 10.0f);
+}
+
+static void bench_moe(int64_t N) {
+    char shape[64];
+    int64_t D = 4096, F = 2048, K = 8;
+    int32_t E = 16;
+    snprintf(shape, sizeof shape, "N %lld D 4096 F 2048 k 8 of %d, fp8", (long long)N, E);
+    check_begin("bench moe_experts", "bf16/fp8", "%s", shape);
+    moe_ctx c = {0};
+    c.E = E;
+    for (int32_t e = 0; e < E; e++) {
+        glm53_tensor *w;
+        TRY(bench_weight(&w, FP8, F, D));
+        c.gate[e] = w;
+        TRY(bench_weight(&w, FP8, F, D));
+        c.up[e] = w;
+        TRY(bench_weight(&w, FP8, D, F));
+        c.down[e] = w;
+    }
+    int32_t *iv = hmem((size_t)(N * K) * sizeof(int32_t));
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t k = 0; k < K; k++) iv[n * K + k] = (int32_t)((n * 3 + k) % E);
+    TRY(new_tensor(gpu, &c.x, BF16, SHAPE(N, D)));
+    TRY(gpu->fill(gpu, c.x, 0.1f));
+    TRY(new_tensor(gpu, &c.y, BF16, SHAPE(N, D)));
+    TRY(tensor_raw(gpu, &c.ids, I32, iv, SHAPE(N, K)));
+    TRY(new_tensor(gpu, &c.wts, F32, SHAPE(N, K)));
+    TRY(gpu->fill(gpu, c.wts, 0.125f));
+    double us = bench_time(call_moe, &c);
+    int64_t used = N * K < E ? N * K : E;
+    double bytes = (double)used * 3 * F * D;   /* each used expert's FP8 weights read once */
+    if (us >= 0) bench_record("moe_experts", shape, us, bytes, 2.0 * N * K * 3 * F * D);
+done:
+    bench_end();
+}
+
+static void run_benches(void) {
+    bench_matmul(1, 4096, 4096, BF16);
+    bench_matmul(1, 4096, 4096, FP8);
+    bench_matmul(16, 4096, 4096, FP8);
+    bench_matmul(4096, 4096, 4096, BF16);
+    bench_matmul(1, 154880, 4096, BF16);
+    bench_kda(1);
+    bench_kda(64);
+    bench_sparse_mla(1);
+    bench_sparse_mla(16);
+    bench_moe(1);
+    bench_moe(64);
+
+    printf("\n--- timing (informative; floor = max(bytes / 4.3 TB/s, flops / 790 TFLOP/s)) ---\n");
+    printf("%-16s %-40s %10s %10s %10s %10s %9s\n", "op", "shape", "us", "floor us", "GB/s", "TFLOP/s",
+           "floor/us");
+    for (int i = 0; i < n_benches; i++) {
+        const bench_row *b = &benches[i];
+        printf("%-16s %-40s %10.2f %10.2f %10.1f %10.2f %8.1f%%\n", b->op, b->shape, b->us, b->floor_us,
+               b->bytes / (b->us * 1e3), b->flops / (b->us * 1e6), 100.0 * b->floor_us / b->us);
+    }
+    fflush(stdout);
+}
+
+/* ============================================================================================================ */
+static bool in_list(const char *name, const char *list) {
+    size_t n = strlen(name);
+    for (const char *p = list; p && *p;) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len == n && strncmp(p, name, n) == 0) return true;
+        p = end ? end + 1 : NULL;
+    }
+    return false;
+}
+
+int main(int argc, char **argv) {
+    const char *only = NULL;
+    bool bench = true;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--list") == 0) {
+            for (size_t g = 0; g < sizeof groups / sizeof groups[0]; g++) printf("%s\n", groups[g].name);
+            return 0;
+        } else if (strcmp(argv[i], "--no-bench") == 0) {
+            bench = false;
+        } else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
+            only = argv[++i];
+        } else if (strcmp(argv[i], "--self-test") == 0) {
+            self_test = true;
+            bench = false;
+        } else {
+            fprintf(stderr, "usage: %s [--only group[,group...]] [--no-bench] [--list] [--self-test]\n", argv[0]);
+            return 2;
+        }
+    }
+
+    glm53_status st = self_test ? glm53_backend_cpu_create(0, &gpu) : glm53_backend_cuda_create(0, &gpu);
+    if (st != GLM53_OK) {
+        printf("cannot create the CUDA backend: %s\ncuda ops: 0 passed, 1 failed\n", glm53_last_error());
+        return 1;
+    }
+    if (glm53_backend_cpu_create(0, &cpu) != GLM53_OK) {
+        printf("cannot create the CPU backend: %s\ncuda ops: 0 passed, 1 failed\n", glm53_last_error());
+        return 1;
+    }
+    struct cudaDeviceProp prop;
+    if (self_test) printf("self-test: the CPU backend on both sides\n");
+    else if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess)
+        printf("device: %s, %d SMs, %.1f GiB, compute capability %d.%d\n", prop.name, prop.multiProcessorCount,
+               (double)prop.totalGlobalMem / (1u << 30), prop.major, prop.minor);
+
+    for (size_t g = 0; g < sizeof groups / sizeof groups[0]; g++) {
+        if (only && !in_list(groups[g].name, only)) continue;
+        if (self_test && strcmp(groups[g].name, "memory") == 0) continue;
+        printf("=== %s\n", groups[g].name);
+        fflush(stdout);
+        groups[g].run();
+    }
+    if (bench && !only) run_benches();
+
+    print_table();
+    gpu->destroy(gpu);
+    cpu->destroy(cpu);
+    return test_failures ? 1 : 0;
+}
