@@ -219,6 +219,8 @@ typedef struct glm53_model_params {
     int32_t cuda_device;       /* CUDA ordinal */
     int32_t load_mtp;          /* 1: also load the MTP layers when the checkpoint has them */
     int64_t cache_bytes_max;   /* budget for all sequence caches of this model; 0 = unlimited */
+    int32_t activation_dtype;  /* -1: the backend's (CPU F32, CUDA BF16); GLM53_F32 runs CUDA in F32 (slower,
+                                  for precision studies); BF16 on the CPU backend is refused */
 } glm53_model_params;
 
 typedef struct glm53_seq_params {
@@ -354,6 +356,144 @@ GLM53_API int32_t      glm53_tokenizer_n_vocab(const glm53_tokenizer *tok);
 GLM53_API int32_t      glm53_tokenizer_is_special(const glm53_tokenizer *tok, int32_t id);
 /* 1 for any added token (special or not), 0 otherwise or for a bad id. */
 GLM53_API int32_t      glm53_tokenizer_is_added(const glm53_tokenizer *tok, int32_t id);
+
+/* ---- Sampling ---- */
+/* Vocab-wide sampling on host F32 logits rows (as glm53_step_output returns them). A glm53_sampler belongs to
+ * one sequence: it owns that sequence's seeded RNG and its penalty history, and preallocated scratch for one
+ * row, so no call below allocates per token (the output history grows by doubling). GPU-side sampling does not
+ * exist yet: logits come to the host first.
+ *
+ * The filtered distribution of a row, in vLLM's order (definitions are vLLM's, which HF shares where both exist):
+ *   1. x = logits + logit_bias                                   (-inf bans a token; NaN or +inf logits are an error)
+ *   2. repetition penalty r on tokens seen in the prompt or the output: x > 0 ? x / r : x * r      (HF and vLLM)
+ *      frequency penalty f and presence penalty a on output tokens: x -= f * count + a * (count > 0)   (OpenAI/vLLM)
+ *   3. temperature <= 0: greedy, the distribution is one-hot at argmax x (lowest id on ties); stop here
+ *   4. x = x / temperature;  p = softmax(x)
+ *   5. min_p: drop tokens with p < min_p * max p
+ *   6. top_k: keep the k largest (ties by lower id)
+ *   7. top_p: keep the largest tokens while the mass before each (renormalised after 5 and 6) is < top_p
+ *   8. renormalise over what is kept
+ * glm53_sampler_probs gives that distribution; glm53_sampler_sample draws from it; speculative decoding applies
+ * the very same function to target and draft rows, so both sides are filtered identically by construction.
+ *
+ * RNG: xoshiro256** seeded through splitmix64, one stream per sampler: the same seed and the same calls give the
+ * same tokens on every run; across platforms the stream is identical and tokens differ only if exp() rounds
+ * differently right at a sampling boundary.
+ *
+ * Thread safety: a sampler is not synchronised; use each from one thread at a time. Distinct samplers share
+ * nothing and may run concurrently. */
+typedef struct glm53_sampler glm53_sampler;
+
+typedef struct glm53_sampler_params {
+    float    temperature;         /* <= 0: greedy */
+    int32_t  top_k;               /* <= 0 or >= vocab: off */
+    float    top_p;               /* (0, 1]; 1: off */
+    float    min_p;               /* [0, 1]; 0: off */
+    float    repetition_penalty;  /* > 0; 1: off */
+    float    presence_penalty;    /* 0: off */
+    float    frequency_penalty;   /* 0: off */
+    uint64_t seed;                /* the RNG stream (create and reset start it) */
+} glm53_sampler_params;
+
+GLM53_API glm53_sampler_params glm53_sampler_default_params(void);   /* greedy, every filter off, seed 0 */
+GLM53_API glm53_status glm53_sampler_create(int32_t vocab_size, const glm53_sampler_params *params,
+                                            glm53_sampler **out);
+GLM53_API void         glm53_sampler_free(glm53_sampler *s);
+/* New filter settings; the RNG and the history are kept (the seed is read by create and reset only). */
+GLM53_API glm53_status glm53_sampler_set_params(glm53_sampler *s, const glm53_sampler_params *params);
+GLM53_API glm53_status glm53_sampler_get_params(const glm53_sampler *s, glm53_sampler_params *out);
+/* Forgets the prompt and output history and restarts the RNG from params.seed. */
+GLM53_API glm53_status glm53_sampler_reset(glm53_sampler *s);
+/* Replaces the logit bias with bias[i] added to token ids[i] (n = 0 clears it); ids repeat: the last wins. */
+GLM53_API glm53_status glm53_sampler_set_logit_bias(glm53_sampler *s, const int32_t *ids, const float *bias,
+                                                    int32_t n);
+/* History for the penalties: prompt tokens (repetition only) and accepted output tokens (all three). rewind
+ * drops the last n accepted tokens, e.g. drafts that verification rejected. */
+GLM53_API glm53_status glm53_sampler_add_prompt(glm53_sampler *s, const int32_t *ids, int64_t n);
+GLM53_API glm53_status glm53_sampler_accept(glm53_sampler *s, int32_t id);
+GLM53_API glm53_status glm53_sampler_rewind(glm53_sampler *s, int64_t n);
+GLM53_API int64_t      glm53_sampler_n_accepted(const glm53_sampler *s);
+/* The filtered distribution of logits[vocab] into probs[vocab] (zeros where filtered out; sums to 1). */
+GLM53_API glm53_status glm53_sampler_probs(glm53_sampler *s, const float *logits, float *probs);
+/* A token drawn from the filtered distribution of logits[vocab] (argmax when greedy; no RNG draw then). */
+GLM53_API glm53_status glm53_sampler_sample(glm53_sampler *s, const float *logits, int32_t *token);
+/* A token drawn from probs[vocab] (non-negative, any positive total). */
+GLM53_API glm53_status glm53_sampler_sample_probs(glm53_sampler *s, const float *probs, int32_t *token);
+/* A token drawn from normalise(max(0, p - q)) over [vocab]: the resample after a rejected draft. Where p <= q
+ * everywhere (p == q) it draws from p. */
+GLM53_API glm53_status glm53_sampler_sample_residual(glm53_sampler *s, const float *p, const float *q,
+                                                     int32_t *token);
+/* The filtered candidates of logits[vocab], most likely first, at most max_n of them: ids, processed logits
+ * (steps 1-4: bias, penalties, temperature) and probabilities renormalised over the candidates returned. */
+GLM53_API glm53_status glm53_sampler_candidates(glm53_sampler *s, const float *logits, int32_t max_n,
+                                                int32_t *ids, float *cand_logits, float *cand_probs,
+                                                int32_t *n_out);
+/* The next uniform double in [0, 1) of the sampler's stream (for policies and rejection tests). */
+GLM53_API glm53_status glm53_sampler_uniform(glm53_sampler *s, double *out);
+
+/* ---- Images and video ---- */
+/* Preprocessing for the vision tower, equal to transformers' Glm5NextImageProcessor / Glm5NextVideoProcessor
+ * (the TorchvisionBackend ones, which transformers uses by default): decode (PNG, JPEG, BMP, GIF), RGB, the
+ * aspect-preserving resize to multiples of patch * merge (28) inside the token budget (torchvision's
+ * antialiased bicubic on uint8, as torch runs it on the CPU), zero padding right/bottom, (x - 255 mean) /
+ * (255 std) with the OpenAI CLIP mean and std, and patchify. docs/vision.md has the details and precision.
+ *
+ * Pixel rows: one row per patch, 3 * temporal_patch_size * patch_size^2 floats (1176) ordered (channel, frame,
+ * y, x); rows in merge-block order (for each 2x2 block of patches, row-major over blocks, its four patches
+ * row-major), temporal group by temporal group. grid_thw = (temporal groups, patch rows, patch columns); the tower
+ * turns t * h * w / merge^2 of them into embedding rows, one per <|image|> placeholder token.
+ *
+ * Buffers are the caller's: *n_patches receives the rows needed (and grid_thw the grid). With pixels NULL the
+ * call only reports them (GLM53_OK); with a buffer of fewer than *n_patches rows it writes nothing else and
+ * returns GLM53_ERR_OUT_OF_RANGE. Bad input (empty, truncated, corrupt, unsupported format, dimensions or a
+ * frame count over the limits) fails with GLM53_ERR_FORMAT / GLM53_ERR_UNSUPPORTED and a message saying which.
+ * Every call here is thread-safe (no shared state). */
+typedef struct glm53_image_params {
+    int32_t min_tokens;          /* token budget per image (per video: all of it), merged tokens; 16 */
+    int32_t max_tokens;          /* 8000 for images; glm53_video_default_params: 240000 */
+    int32_t patch_size;          /* 14 */
+    int32_t merge_size;          /* 2 */
+    int32_t temporal_patch_size; /* 2: a still image is its frame twice */
+    int64_t max_pixels;          /* decoded width * height allowed per image or frame; 89478485 (PIL's limit) */
+} glm53_image_params;
+
+typedef struct glm53_video_params {
+    glm53_image_params image;    /* max_tokens 240000: the budget of the whole video */
+    double  source_fps;          /* frame rate of the frames given; 0: a GIF's own (from its frame delays),
+                                    required (> 0) for a list of frames */
+    double  sample_fps;          /* frames kept per second: 2 */
+    int32_t max_frames;          /* frames kept at most: 2048 */
+    int64_t max_total_pixels;    /* decoded width * height summed over all input frames; 1 << 30 */
+} glm53_video_params;
+
+GLM53_API glm53_image_params glm53_image_default_params(void);
+GLM53_API glm53_video_params glm53_video_default_params(void);
+
+/* The grid an encoded image (data[len]) will get, from its header alone (nothing is decoded). */
+GLM53_API glm53_status glm53_image_grid(const void *data, size_t len, const glm53_image_params *params,
+                                        int32_t grid_thw[3]);
+/* Decodes and preprocesses one image into pixels[capacity rows, 1176]. An animated GIF gives its first frame. */
+GLM53_API glm53_status glm53_image_preprocess(const void *data, size_t len, const glm53_image_params *params,
+                                              float *pixels, int64_t capacity, int32_t grid_thw[3],
+                                              int64_t *n_patches);
+/* A video: n_inputs encoded frames (data[i], len[i]) in order, or one animated GIF (n_inputs = 1). Frames are
+ * sampled as the reference does (sample_fps of them per second of source_fps video, an even count, at most
+ * max_frames), resized to one canvas and grouped in pairs. timestamps[capacity_groups], if not NULL, receives
+ * the time in seconds of each group's first frame (the prompt writes them as "%.1f seconds"); n_groups = t. */
+GLM53_API glm53_status glm53_video_preprocess(const void *const *data, const size_t *len, int32_t n_inputs,
+                                              const glm53_video_params *params, float *pixels, int64_t capacity,
+                                              int32_t grid_thw[3], double *timestamps, int32_t capacity_groups,
+                                              int64_t *n_patches);
+
+/* The vision tower (checkpoint tensors model.visual.*; loaded when the config has a vision_config): pixel rows
+ * pixels[n_patches, 1176] of n_items images or videos, each with its grid_thw[n_items, 3] and its rows
+ * consecutive, become embeddings[n_tokens, hidden_size] (F32, host), n_tokens = sum of t * h * w / merge^2, in
+ * the order their placeholders take them. Attention runs within each image and within each temporal group of a
+ * video. *n_tokens receives the rows needed; capacity as for the pixel buffers above. Runs on the model's
+ * device; like glm53_model_step it must not overlap another step or encode of the same model. */
+GLM53_API glm53_status glm53_model_encode_vision(glm53_model *model, const float *pixels, int64_t n_patches,
+                                                 const int32_t *grid_thw, int32_t n_items, float *embeddings,
+                                                 int64_t capacity, int64_t *n_tokens);
 
 /* GLM53_API_END */
 

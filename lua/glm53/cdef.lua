@@ -100,6 +100,7 @@ typedef struct glm53_model_params {
     int32_t cuda_device;
     int32_t load_mtp;
     int64_t cache_bytes_max;
+    int32_t activation_dtype;
 } glm53_model_params;
 typedef struct glm53_seq_params {
     int64_t max_tokens;
@@ -168,4 +169,66 @@ int32_t      glm53_tokenizer_token_id(const glm53_tokenizer *tok, const char *st
 int32_t      glm53_tokenizer_n_vocab(const glm53_tokenizer *tok);
 int32_t      glm53_tokenizer_is_special(const glm53_tokenizer *tok, int32_t id);
 int32_t      glm53_tokenizer_is_added(const glm53_tokenizer *tok, int32_t id);
+typedef struct glm53_sampler glm53_sampler;
+typedef struct glm53_sampler_params {
+    float    temperature;
+    int32_t  top_k;
+    float    top_p;
+    float    min_p;
+    float    repetition_penalty;
+    float    presence_penalty;
+    float    frequency_penalty;
+    uint64_t seed;
+} glm53_sampler_params;
+glm53_sampler_params glm53_sampler_default_params(void);
+glm53_status glm53_sampler_create(int32_t vocab_size, const glm53_sampler_params *params,
+                                            glm53_sampler **out);
+void         glm53_sampler_free(glm53_sampler *s);
+glm53_status glm53_sampler_set_params(glm53_sampler *s, const glm53_sampler_params *params);
+glm53_status glm53_sampler_get_params(const glm53_sampler *s, glm53_sampler_params *out);
+glm53_status glm53_sampler_reset(glm53_sampler *s);
+glm53_status glm53_sampler_set_logit_bias(glm53_sampler *s, const int32_t *ids, const float *bias,
+                                                    int32_t n);
+glm53_status glm53_sampler_add_prompt(glm53_sampler *s, const int32_t *ids, int64_t n);
+glm53_status glm53_sampler_accept(glm53_sampler *s, int32_t id);
+glm53_status glm53_sampler_rewind(glm53_sampler *s, int64_t n);
+int64_t      glm53_sampler_n_accepted(const glm53_sampler *s);
+glm53_status glm53_sampler_probs(glm53_sampler *s, const float *logits, float *probs);
+glm53_status glm53_sampler_sample(glm53_sampler *s, const float *logits, int32_t *token);
+glm53_status glm53_sampler_sample_probs(glm53_sampler *s, const float *probs, int32_t *token);
+glm53_status glm53_sampler_sample_residual(glm53_sampler *s, const float *p, const float *q,
+                                                     int32_t *token);
+glm53_status glm53_sampler_candidates(glm53_sampler *s, const float *logits, int32_t max_n,
+                                                int32_t *ids, float *cand_logits, float *cand_probs,
+                                                int32_t *n_out);
+glm53_status glm53_sampler_uniform(glm53_sampler *s, double *out);
+typedef struct glm53_image_params {
+    int32_t min_tokens;
+    int32_t max_tokens;
+    int32_t patch_size;
+    int32_t merge_size;
+    int32_t temporal_patch_size;
+    int64_t max_pixels;
+} glm53_image_params;
+typedef struct glm53_video_params {
+    glm53_image_params image;
+    double  source_fps;
+    double  sample_fps;
+    int32_t max_frames;
+    int64_t max_total_pixels;
+} glm53_video_params;
+glm53_image_params glm53_image_default_params(void);
+glm53_video_params glm53_video_default_params(void);
+glm53_status glm53_image_grid(const void *data, size_t len, const glm53_image_params *params,
+                                        int32_t grid_thw[3]);
+glm53_status glm53_image_preprocess(const void *data, size_t len, const glm53_image_params *params,
+                                              float *pixels, int64_t capacity, int32_t grid_thw[3],
+                                              int64_t *n_patches);
+glm53_status glm53_video_preprocess(const void *const *data, const size_t *len, int32_t n_inputs,
+                                              const glm53_video_params *params, float *pixels, int64_t capacity,
+                                              int32_t grid_thw[3], double *timestamps, int32_t capacity_groups,
+                                              int64_t *n_patches);
+glm53_status glm53_model_encode_vision(glm53_model *model, const float *pixels, int64_t n_patches,
+                                                 const int32_t *grid_thw, int32_t n_items, float *embeddings,
+                                                 int64_t capacity, int64_t *n_tokens);
 ]==]
