@@ -24,6 +24,7 @@
 #include <cuda_runtime.h>
 
 #include <assert.h>
+#include <float.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <string.h>
@@ -610,7 +611,12 @@ static void check_norm(enum norm_kind kind, int64_t M, int64_t D, int dt, int w_
         TRY(gpu->softmax(gpu, y.g, x.g));
         break;
     }
-    compare(NULL, y.c, y.g, THR(dt, w_dt));
+    /* A softmax row's denominator is one F32 sum of D terms; the two backends add in different orders, so their
+     * outputs legitimately differ by about sqrt(D) ulps of that sum (2.3e-5 relative at D = 154880), above the
+     * 1e-5 of short reductions. */
+    double thr = THR(dt, w_dt);
+    if (kind == NORM_SOFTMAX && thr < 1e-2) thr = fmax(thr, 4.0 * sqrt((double)D) * FLT_EPSILON / 2);
+    compare(NULL, y.c, y.g, thr);
 done:
     check_end();
 }
