@@ -29,7 +29,8 @@ Batch.__index = Batch
 
 local devices = { cpu = C.GLM53_DEVICE_CPU, cuda = C.GLM53_DEVICE_CUDA }
 
--- opts: device ("cpu" | "cuda"), threads, cuda_device, load_mtp (default true), cache_bytes_max.
+-- opts: device ("cpu" | "cuda"), threads, cuda_device, load_mtp (default true), cache_bytes_max,
+-- activations ("f32" | "bf16"; default: the backend's, F32 on CPU and BF16 on CUDA).
 function M.load(path, opts)
     if type(path) ~= "string" then error("model.load: path must be a string", 2) end
     opts = opts or {}
@@ -41,6 +42,10 @@ function M.load(path, opts)
     if opts.cuda_device ~= nil then p.cuda_device = opts.cuda_device end
     if opts.load_mtp ~= nil then p.load_mtp = opts.load_mtp and 1 or 0 end
     if opts.cache_bytes_max ~= nil then p.cache_bytes_max = opts.cache_bytes_max end
+    if opts.activations ~= nil then
+        p.activation_dtype = ({ f32 = C.GLM53_F32, bf16 = C.GLM53_BF16 })[opts.activations] or
+            error("model.load: activations must be 'f32' or 'bf16'", 2)
+    end
     local out = ffi.new("glm53_model *[1]")
     local ok, err = core.check(C.glm53_model_load(path, p, out))
     if not ok then return nil, err end
@@ -106,6 +111,19 @@ function Seq:truncate(n)
     return core.check(C.glm53_seq_truncate(seq_handle(self), n))
 end
 
+-- Positions the cache of MTP layer `layer` (0-based) holds; nil if the model has no such layer.
+function Seq:mtp_length(layer)
+    local n = tonumber(C.glm53_seq_mtp_length(seq_handle(self), layer))
+    if n < 0 then return nil end
+    return n
+end
+
+-- Drops the positions after n from the cache of MTP layer `layer` (speculative drafts of a finished round).
+function Seq:mtp_truncate(layer, n)
+    if type(layer) ~= "number" or type(n) ~= "number" then error("seq:mtp_truncate: layer and n must be numbers", 2) end
+    return core.check(C.glm53_seq_mtp_truncate(seq_handle(self), layer, n))
+end
+
 function Seq:free()
     if self._h ~= nil then
         C.glm53_seq_free(ffi.gc(self._h, nil))
@@ -114,7 +132,7 @@ function Seq:free()
 end
 
 -- opts: rows (row capacity, default 4096), seqs (default 64), outputs (output row capacity, default = seqs),
--- hidden (also return final hidden states, default false).
+-- hidden (also return final hidden states, default false), logits (default true; false: hidden states only).
 function Model:batch(opts)
     opts = opts or {}
     local rows, seqs = opts.rows or 4096, opts.seqs or 64
@@ -125,7 +143,7 @@ function Model:batch(opts)
         n_rows = ffi.new("int32_t[?]", seqs),
         tokens = ffi.new("int32_t[?]", rows),
         want = ffi.new("uint8_t[?]", rows),
-        logits_buf = ffi.new("float[?]", outputs * self.vocab_size),
+        logits_buf = opts.logits ~= false and ffi.new("float[?]", outputs * self.vocab_size) or nil,
         hidden_buf = opts.hidden and ffi.new("float[?]", outputs * self.hidden_size) or nil,
         c = ffi.new("glm53_batch"),
         out = ffi.new("glm53_step_output"),
@@ -138,6 +156,7 @@ end
 function Batch:clear()
     self.n_seqs, self.total, self.n_out = 0, 0, 0
     for i = #self.seq_objs, 1, -1 do self.seq_objs[i] = nil end
+    self.c.embeddings, self.c.use_embedding = nil, nil   -- set again by add_embedded (image/video rows)
 end
 
 -- Appends rows for seq: tokens is a Lua array of ids, or a cdata int32_t* with count n. outputs: "last"
@@ -166,9 +185,32 @@ function Batch:add(seq, tokens, outputs, n)
     self.n_out = self.n_out + n_out
 end
 
--- Output row i (0-based, in add order): float* [vocab]. Valid until the next step on this batch.
+-- Like add, with embedding rows: embeddings is a float* [n, hidden] and use a uint8_t* [n]; row i takes
+-- embeddings[i] instead of the embedding of tokens[i] where use[i] ~= 0 (image and video rows: glm53.vision
+-- builds both). tokens, embeddings and use may be offset pointers into longer buffers (chunked prefill).
+function Batch:add_embedded(seq, tokens, n, embeddings, use, outputs)
+    if type(n) ~= "number" or n < 1 then error("batch:add_embedded: need at least one row", 2) end
+    if embeddings == nil or use == nil then error("batch:add_embedded: embeddings and use are required", 2) end
+    local D = self.model.hidden_size
+    if self.c.use_embedding == nil then
+        -- First embedded rows since clear(): rows added before (and after) by plain add() must read as tokens.
+        if not self.emb_buf then
+            self.emb_buf = ffi.new("float[?]", self.cap_rows * D)
+            self.use_buf = ffi.new("uint8_t[?]", self.cap_rows)
+        end
+        ffi.fill(self.use_buf, self.cap_rows, 0)
+        self.c.embeddings, self.c.use_embedding = self.emb_buf, self.use_buf
+    end
+    local base = self.total
+    self:add(seq, tokens, outputs, n)
+    ffi.copy(self.emb_buf + base * D, embeddings, n * D * 4)
+    ffi.copy(self.use_buf + base, use, n)
+end
+
+-- Output row i (0-based, in add order): float* [vocab] (nil for a batch made with logits = false). Valid until
+-- the next step on this batch.
 function Batch:logits(i)
-    return self.logits_buf + i * self.model.vocab_size
+    return self.logits_buf and self.logits_buf + i * self.model.vocab_size or nil
 end
 
 function Batch:hidden(i)
@@ -189,6 +231,31 @@ function Model:step(batch)
     out.hidden = batch.hidden_buf
     out.capacity = batch.cap_out
     return core.check(C.glm53_model_step(model_handle(self), c, out))
+end
+
+-- MTP layers loaded (0: the checkpoint has none, or the model was loaded with load_mtp = false).
+function Model:n_mtp() return tonumber(C.glm53_model_n_mtp(model_handle(self))) end
+
+-- Runs MTP layer `layer` (0-based) over the batch: its tokens are the x_{p+1} of MTP positions p, hidden_in is a
+-- float* [rows, hidden_size] in batch row order (the target's final hidden h_p, or a previous draft step's
+-- batch:hidden(i)). Outputs land as after Model:step: batch:logits(i) are draft logits, batch:hidden(i) the MTP
+-- output hidden for the next chained step. Returns true, or nil and an error (GLM53_ERR_UNSUPPORTED on a
+-- checkpoint without MTP layers).
+function Model:mtp_step(batch, layer, hidden_in)
+    if getmetatable(batch) ~= Batch or batch.model ~= self then error("model:mtp_step: not a batch of this model", 2) end
+    if batch.n_seqs == 0 then error("model:mtp_step: empty batch", 2) end
+    if type(layer) ~= "number" then error("model:mtp_step: layer must be a number", 2) end
+    if hidden_in == nil then error("model:mtp_step: hidden_in is required", 2) end
+    local c, out = batch.c, batch.out
+    c.n_seqs = batch.n_seqs
+    c.seqs = batch.seq_ptrs
+    c.n_rows = batch.n_rows
+    c.tokens = batch.tokens
+    c.want_output = batch.want
+    out.logits = batch.logits_buf
+    out.hidden = batch.hidden_buf
+    out.capacity = batch.cap_out
+    return core.check(C.glm53_model_mtp_step(model_handle(self), layer, c, hidden_in, out))
 end
 
 return M

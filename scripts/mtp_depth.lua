@@ -1,0 +1,398 @@
+#!/usr/bin/env luajit
+--[==[
+mtp_depth.lua - how deep should MTP drafting go? Sweeps the draft depth K and sampling modes / draft policies over
+a prompt set, and reports per-position acceptance, tokens per target step and wall-clock speed-up over K = 0.
+
+    luajit scripts/mtp_depth.lua --model models/tiny --k 0,1,2,3,4,6,8 --modes greedy,sample
+                                 --draft fixed,threshold:0.3 --reps 5 --out /tmp/mtp
+
+Prompts: --prompts FILE (one per line: comma- or space-separated token ids; with --tokenizer FILE, text), or by
+default --n-prompts random id prompts of lengths around --prompt-len (seeded by --seed). Every configuration
+runs all prompts together (one speculative driver, one batch), --max-new tokens each, --reps times after one
+warm-up; the repetitions of all configurations interleave so that drift in machine speed hits them alike.
+
+Modes: greedy (temperature 0) and sample (temperature 0.8, top-p 0.9, top-k 20; the seed changes per
+repetition). Draft policies: fixed (always K drafts) and threshold:P (stop a round's drafting at the first
+draft less likely than P; spec.draft_threshold).
+
+Prints a table, and writes --out DIR/report.html (the table, and inline SVG plots of acceptance vs position
+and speed-up vs K with 95% intervals) and DIR/report.json (every number). Speed-up of a configuration = for
+each repetition, wall time of K = 0 in the same mode / wall time of the configuration; mean and a t-based 95%
+interval over repetitions. Acceptance per position uses vLLM's definition: accepted at position i / drafts.
+Progress goes to stderr.
+]==]
+local script = arg and arg[0] or "scripts/mtp_depth.lua"
+local dir = script:match("^(.*)/[^/]*$") or "."
+package.path = dir .. "/../lua/?.lua;" .. dir .. "/../lua/?/init.lua;" .. package.path
+
+local cli = require("glm53.cli")
+local args = cli.parse(arg, {
+    usage = "luajit scripts/mtp_depth.lua --model DIR [--k 0,1,2,4,8] [--modes greedy,sample] [--out DIR] [...]",
+    options = {
+        model = { required = true, metavar = "DIR" },
+        k = { default = "0,1,2,3,4,5,6,7,8", metavar = "LIST", help = "draft depths (0 is the baseline)" },
+        modes = { default = "greedy", metavar = "LIST", help = "greedy, sample" },
+        draft = { default = "fixed", metavar = "LIST", help = "fixed, threshold:P" },
+        prompts = { metavar = "FILE", help = "one prompt per line" },
+        tokenizer = { metavar = "FILE", help = "read --prompts lines as text" },
+        n_prompts = { type = "number", default = 4 },
+        prompt_len = { type = "number", default = 16 },
+        max_new = { type = "number", default = 64 },
+        reps = { type = "number", default = 3 },
+        seed = { type = "number", default = 1 },
+        threads = { type = "number", default = 1 },
+        device = { default = "cpu", choices = { "cpu", "cuda" } },
+        out = { default = "mtp_depth", metavar = "DIR", help = "report directory" },
+    },
+})
+
+local cjson = require("cjson")
+local model = require("glm53.model")
+local spec = require("glm53.spec")
+local clock = require("glm53.clock")
+
+local function die(msg)
+    io.stderr:write("mtp_depth.lua: ", msg, "\n")
+    os.exit(1)
+end
+
+local function split(text)
+    local out = {}
+    for item in text:gmatch("[^,]+") do out[#out + 1] = item end
+    return out
+end
+
+---------------------------------------------------------------------------------------------------------------
+-- Configuration
+---------------------------------------------------------------------------------------------------------------
+local ks = {}
+for _, v in ipairs(split(args.k)) do ks[#ks + 1] = tonumber(v) or die("--k: '" .. v .. "' is not a number") end
+table.sort(ks)
+if ks[1] ~= 0 then table.insert(ks, 1, 0) end   -- the baseline every speed-up is measured against
+local k_max = ks[#ks]
+
+local MODES = {
+    greedy = { temperature = 0 },
+    sample = { temperature = 0.8, top_p = 0.9, top_k = 20 },
+}
+local modes = {}
+for _, name in ipairs(split(args.modes)) do
+    if not MODES[name] then die("--modes: unknown mode '" .. name .. "' (greedy, sample)") end
+    modes[#modes + 1] = name
+end
+local drafts = {}
+for _, name in ipairs(split(args.draft)) do
+    local t = name:match("^threshold:([%d%.eE%-]+)$")
+    if name ~= "fixed" and not tonumber(t or "") then die("--draft: '" .. name .. "' is not fixed or threshold:P") end
+    drafts[#drafts + 1] = { name = name, policy = t and spec.draft_threshold(tonumber(t)) or nil }
+end
+if args.reps < 2 then die("--reps must be >= 2 (the speed-up interval needs repetitions)") end
+
+local m, err = model.load(args.model, { device = args.device, threads = args.threads })
+if not m then die(err) end
+if k_max > 0 and m:n_mtp() == 0 then die(args.model .. " has no MTP layer: only --k 0 can run") end
+
+local prompts = {}
+if args.prompts then
+    local tok
+    if args.tokenizer then
+        local ok, tokenizer = pcall(require, "glm53.tokenizer")
+        if not ok then die("--tokenizer: the tokenizer module is not available (" .. tostring(tokenizer) .. ")") end
+        tok, err = tokenizer.load(args.tokenizer)
+        if not tok then die("--tokenizer: " .. err) end
+    end
+    for line in assert(io.open(args.prompts)):lines() do
+        if line:match("%S") then
+            local ids
+            if tok then
+                ids, err = tok:encode(line)
+                if not ids then die("--prompts: " .. err) end
+            else
+                ids = {}
+                for id in line:gmatch("[^,%s]+") do ids[#ids + 1] = tonumber(id) or die("--prompts: bad id '" .. id .. "'") end
+            end
+            if #ids > 0 then prompts[#prompts + 1] = ids end
+        end
+    end
+else
+    math.randomseed(args.seed)
+    for i = 1, args.n_prompts do
+        local len = math.max(1, math.floor(args.prompt_len * (0.5 + (i - 1) % 3 * 0.5)))   -- L/2, L, 3L/2, ...
+        local ids = {}
+        for j = 1, len do ids[j] = math.random(0, m.vocab_size - 1) end
+        prompts[#prompts + 1] = ids
+    end
+end
+if #prompts == 0 then die("no prompts") end
+
+---------------------------------------------------------------------------------------------------------------
+-- Runs
+---------------------------------------------------------------------------------------------------------------
+-- One run of a configuration over all prompts: wall seconds and the summed statistics.
+local function run_once(mode, draft, k, rep)
+    local sampling = {}
+    for key, v in pairs(MODES[mode]) do sampling[key] = v end
+    local d, spec_err = spec.new(m, { k = k, sampling = sampling, draft = draft.policy, max_seqs = #prompts })
+    if not d then die(spec_err) end
+    local t0 = clock.now()
+    for i, ids in ipairs(prompts) do
+        local s, add_err = d:add(ids, { max_new = args.max_new, seed = rep * 1000 + i })
+        if not s then die(add_err) end
+    end
+    local ok, run_err = d:run()
+    if not ok then die(run_err) end
+    return clock.now() - t0, d.stats
+end
+
+local configs = {}
+for _, mode in ipairs(modes) do
+    for di, draft in ipairs(drafts) do
+        for _, k in ipairs(ks) do
+            -- K = 0 has no drafts: one baseline per mode, under the first draft policy's name.
+            if k > 0 or di == 1 then
+                configs[#configs + 1] = { mode = mode, draft = k > 0 and draft or { name = "-" }, k = k,
+                                          times = {}, stats = nil }
+            end
+        end
+    end
+end
+
+-- Progress: one rewritten line on a terminal, one line per run in a log.
+local ffi = require("ffi")
+ffi.cdef("int isatty(int fd);")
+local progress_end = ffi.C.isatty(2) == 1 and "\r" or "\n"
+
+local total_runs = #configs * args.reps
+local done = 0
+io.stderr:write(string.format("mtp_depth: %d configurations x %d repetitions, %d prompts, %d new tokens each\n",
+                              #configs, args.reps, #prompts, args.max_new))
+run_once(modes[1], drafts[1], k_max, 0)   -- warm-up: page in the weights, grow the allocator
+local t_start = clock.now()
+for rep = 1, args.reps do
+    for _, c in ipairs(configs) do
+        local seconds, stats = run_once(c.mode, c.draft, c.k, rep)
+        c.times[rep] = seconds
+        if c.stats then
+            for key, v in pairs(stats) do
+                if type(v) == "table" then
+                    for i = 1, #v do c.stats[key][i] = c.stats[key][i] + v[i] end
+                else
+                    c.stats[key] = c.stats[key] + v
+                end
+            end
+        else
+            c.stats = stats
+        end
+        done = done + 1
+        local elapsed = clock.now() - t_start
+        io.stderr:write(string.format("[%d/%d] %-6s %-14s K=%d rep %d/%d  %.3f s   eta %.0f s   %s", done,
+                                      total_runs, c.mode, c.draft.name, c.k, rep, args.reps, seconds,
+                                      elapsed / done * (total_runs - done), progress_end))
+    end
+end
+if progress_end == "\r" then io.stderr:write("\n") end
+
+-- Student t quantiles (two-sided 95%) for small degrees of freedom; 1.96 beyond.
+local T95 = { 12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
+              2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
+              2.045, 2.042 }
+local function mean_ci(xs)
+    local n, sum = #xs, 0
+    for _, x in ipairs(xs) do sum = sum + x end
+    local mean, var = sum / n, 0
+    for _, x in ipairs(xs) do var = var + (x - mean) ^ 2 end
+    local half = (T95[n - 1] or 1.96) * math.sqrt(var / (n - 1) / n)
+    return mean, mean - half, mean + half
+end
+
+local baseline = {}
+for _, c in ipairs(configs) do if c.k == 0 then baseline[c.mode] = c end end
+for _, c in ipairs(configs) do
+    local ratios = {}
+    for rep = 1, args.reps do ratios[rep] = baseline[c.mode].times[rep] / c.times[rep] end
+    c.speedup, c.speedup_lo, c.speedup_hi = mean_ci(ratios)
+    c.summary = spec.summary(c.stats)
+    local seconds = 0
+    for _, t in ipairs(c.times) do seconds = seconds + t end
+    c.tok_s = c.stats.tokens / seconds
+end
+
+---------------------------------------------------------------------------------------------------------------
+-- Table
+---------------------------------------------------------------------------------------------------------------
+local function fmt(x, digits) return string.format("%." .. (digits or 3) .. "f", x) end
+
+local header = { "mode", "draft", "K" }
+for i = 1, k_max do header[#header + 1] = "acc@" .. i end
+for _, h in ipairs({ "accept", "mean len", "tok/step", "tok/s", "speed-up", "95% CI" }) do header[#header + 1] = h end
+local rows = {}
+for _, c in ipairs(configs) do
+    local row = { c.mode, c.draft.name, tostring(c.k) }
+    for i = 1, k_max do row[#row + 1] = i <= c.k and fmt(c.summary.acceptance_rate_per_pos[i]) or "" end
+    row[#row + 1] = c.k > 0 and fmt(c.summary.acceptance_rate) or ""
+    row[#row + 1] = fmt(c.summary.mean_acceptance_length, 2)
+    row[#row + 1] = fmt(c.summary.tokens_per_target_step, 2)
+    row[#row + 1] = fmt(c.tok_s, 0)
+    row[#row + 1] = fmt(c.speedup, 2)
+    row[#row + 1] = "[" .. fmt(c.speedup_lo, 2) .. ", " .. fmt(c.speedup_hi, 2) .. "]"
+    rows[#rows + 1] = row
+end
+local widths = {}
+for i, h in ipairs(header) do
+    widths[i] = #h
+    for _, row in ipairs(rows) do widths[i] = math.max(widths[i], #row[i]) end
+end
+local function line(cells)
+    local out = {}
+    for i, cell in ipairs(cells) do out[i] = string.rep(" ", widths[i] - #cell) .. cell end
+    return table.concat(out, "  ")
+end
+print(string.format("model %s, %d prompts, %d new tokens each, %d repetitions, threads %d", args.model, #prompts,
+                    args.max_new, args.reps, args.threads))
+print(line(header))
+for _, row in ipairs(rows) do print(line(row)) end
+
+---------------------------------------------------------------------------------------------------------------
+-- SVG plots and the HTML report
+---------------------------------------------------------------------------------------------------------------
+local COLORS = { "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
+                 "#17becf" }
+
+local function esc(s) return (tostring(s):gsub("&", "&amp;"):gsub("<", "&lt;"):gsub(">", "&gt;")) end
+
+-- About five round tick values covering [lo, hi].
+local function ticks(lo, hi)
+    local span = hi - lo
+    if span <= 0 then span = math.abs(hi) > 0 and math.abs(hi) or 1 end
+    local step = 10 ^ math.floor(math.log10(span / 5))
+    for _, f in ipairs({ 1, 2, 5, 10 }) do if span / (step * f) <= 6 then step = step * f break end end
+    local out = {}
+    for i = math.floor(lo / step + 1e-9), math.ceil(hi / step - 1e-9) do out[#out + 1] = i * step end
+    return out, step
+end
+
+-- series: { {name =, points = { {x =, y =, lo =, hi =}, ... }} }; error bars where lo/hi are given.
+local function svg_plot(title, xlabel, ylabel, series, y_floor)
+    local W, L, R, T, B = 760, 60, 230, 36, 48
+    local H = math.max(380, T + 16 * #series + 24)   -- tall enough for the legend
+    local xmin, xmax, ymin, ymax = math.huge, -math.huge, y_floor or math.huge, -math.huge
+    for _, s in ipairs(series) do
+        for _, p in ipairs(s.points) do
+            xmin, xmax = math.min(xmin, p.x), math.max(xmax, p.x)
+            ymin, ymax = math.min(ymin, p.lo or p.y), math.max(ymax, p.hi or p.y)
+        end
+    end
+    if xmin == math.huge then xmin, xmax, ymin, ymax = 0, 1, 0, 1 end
+    if xmax == xmin then xmax = xmin + 1 end
+    local yt, ystep = ticks(ymin, ymax)
+    ymin, ymax = math.min(ymin, yt[1]), math.max(ymax, yt[#yt])
+    if ymax == ymin then ymax = ymin + ystep end
+    local decimals = math.max(0, math.ceil(-math.log10(ystep) - 1e-9))
+    local function px(x) return L + (x - xmin) / (xmax - xmin) * (W - L - R) end
+    local function py(y) return H - B - (y - ymin) / (ymax - ymin) * (H - T - B) end
+    local out = { string.format('<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" ' ..
+                                'font-family="sans-serif" font-size="12">', W, H, W, H),
+                  string.format('<text x="%d" y="20" font-size="14" font-weight="bold">%s</text>', L, esc(title)) }
+    for _, v in ipairs(yt) do
+        out[#out + 1] = string.format('<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#ddd"/>', L, py(v),
+                                      W - R, py(v))
+        out[#out + 1] = string.format('<text x="%.1f" y="%.1f" text-anchor="end">%s</text>', L - 6, py(v) + 4,
+                                      string.format("%." .. string.format("%d", decimals) .. "f", v))
+    end
+    for x = math.ceil(xmin), math.floor(xmax) do
+        out[#out + 1] = string.format('<text x="%.1f" y="%.1f" text-anchor="middle">%d</text>', px(x), H - B + 16, x)
+    end
+    out[#out + 1] = string.format('<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="#000"/>', L, H - B, W - R, H - B)
+    out[#out + 1] = string.format('<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="#000"/>', L, T, L, H - B)
+    out[#out + 1] = string.format('<text x="%.1f" y="%d" text-anchor="middle">%s</text>', (L + W - R) / 2, H - 10,
+                                  esc(xlabel))
+    out[#out + 1] = string.format('<text x="14" y="%.1f" text-anchor="middle" transform="rotate(-90 14 %.1f)">%s</text>',
+                                  (T + H - B) / 2, (T + H - B) / 2, esc(ylabel))
+    for i, s in ipairs(series) do
+        local color = COLORS[(i - 1) % #COLORS + 1]
+        local pts = {}
+        for _, p in ipairs(s.points) do
+            pts[#pts + 1] = string.format("%.1f,%.1f", px(p.x), py(p.y))
+            if p.lo then
+                out[#out + 1] = string.format('<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s"/>', px(p.x),
+                                              py(p.lo), px(p.x), py(p.hi), color)
+                for _, v in ipairs({ p.lo, p.hi }) do
+                    out[#out + 1] = string.format('<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s"/>',
+                                                  px(p.x) - 4, py(v), px(p.x) + 4, py(v), color)
+                end
+            end
+            out[#out + 1] = string.format('<circle cx="%.1f" cy="%.1f" r="3" fill="%s"/>', px(p.x), py(p.y), color)
+        end
+        out[#out + 1] = string.format('<polyline points="%s" fill="none" stroke="%s" stroke-width="1.5"/>',
+                                      table.concat(pts, " "), color)
+        local ly = T + 8 + (i - 1) * 16
+        out[#out + 1] = string.format('<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="2"/>',
+                                      W - R + 12, ly, W - R + 30, ly, color)
+        out[#out + 1] = string.format('<text x="%d" y="%d">%s</text>', W - R + 36, ly + 4, esc(s.name))
+    end
+    out[#out + 1] = "</svg>"
+    return table.concat(out, "\n")
+end
+
+local acc_series, speed_series = {}, {}
+for _, c in ipairs(configs) do
+    if c.k > 0 then
+        local points = {}
+        for i = 1, c.k do points[i] = { x = i, y = c.summary.acceptance_rate_per_pos[i] } end
+        acc_series[#acc_series + 1] = { name = c.mode .. " " .. c.draft.name .. " K=" .. c.k, points = points }
+    end
+end
+for _, mode in ipairs(modes) do
+    for _, draft in ipairs(drafts) do
+        local points = {}
+        for _, c in ipairs(configs) do
+            if c.mode == mode and (c.k == 0 or c.draft.name == draft.name) then
+                points[#points + 1] = { x = c.k, y = c.speedup, lo = c.speedup_lo, hi = c.speedup_hi }
+            end
+        end
+        speed_series[#speed_series + 1] = { name = mode .. " " .. draft.name, points = points }
+    end
+end
+
+local html = { "<!DOCTYPE html>", "<html><head><meta charset=\"utf-8\"><title>MTP depth sweep</title>",
+               "<style>body{font-family:sans-serif;margin:2em;max-width:1100px} table{border-collapse:collapse}" ..
+               " td,th{border:1px solid #ccc;padding:3px 7px;text-align:right} th{background:#f4f4f4}</style>",
+               "</head><body>", "<h1>MTP depth sweep</h1>",
+               string.format("<p>model <code>%s</code>; %d prompts, %d new tokens each; %d repetitions after a " ..
+                             "warm-up; threads %d; device %s. Speed-up = wall time of K = 0 / wall time, per " ..
+                             "repetition; mean and t-based 95%% interval. Acceptance at position i = accepted at " ..
+                             "i / drafts (vLLM).</p>", esc(args.model), #prompts, args.max_new, args.reps,
+                             args.threads, args.device),
+               "<p>command: <code>luajit " .. esc(script .. " " .. table.concat(arg, " ")) .. "</code></p>",
+               "<table><tr>" }
+for _, h in ipairs(header) do html[#html + 1] = "<th>" .. esc(h) .. "</th>" end
+html[#html + 1] = "</tr>"
+for _, row in ipairs(rows) do
+    local cells = {}
+    for i, cell in ipairs(row) do cells[i] = "<td>" .. esc(cell) .. "</td>" end
+    html[#html + 1] = "<tr>" .. table.concat(cells) .. "</tr>"
+end
+html[#html + 1] = "</table>"
+html[#html + 1] = "<h2>Acceptance vs draft position</h2>"
+html[#html + 1] = svg_plot("acceptance rate per position", "draft position", "accepted / drafts", acc_series, 0)
+html[#html + 1] = "<h2>Speed-up vs K</h2>"
+html[#html + 1] = svg_plot("wall-clock speed-up over K = 0 (95% CI)", "K (drafts per step)", "speed-up", speed_series)
+html[#html + 1] = "</body></html>"
+
+os.execute("mkdir -p '" .. args.out:gsub("'", "'\\''") .. "'")
+local f = assert(io.open(args.out .. "/report.html", "w"))
+f:write(table.concat(html, "\n"), "\n")
+f:close()
+
+local json_rows = {}
+for _, c in ipairs(configs) do
+    json_rows[#json_rows + 1] = {
+        mode = c.mode, draft = c.draft.name, k = c.k, times = c.times, speedup = c.speedup,
+        speedup_ci = { c.speedup_lo, c.speedup_hi }, tok_s = c.tok_s, stats = c.stats, summary = c.summary,
+    }
+end
+f = assert(io.open(args.out .. "/report.json", "w"))
+f:write(cjson.encode({ model = args.model, prompts = #prompts, max_new = args.max_new, reps = args.reps,
+                       header = header, rows = rows, configs = json_rows }), "\n")
+f:close()
+io.stderr:write("wrote " .. args.out .. "/report.html and report.json\n")

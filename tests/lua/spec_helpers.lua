@@ -1,0 +1,196 @@
+-- Test helpers for the sampling and speculative-decoding specs: plain greedy references, a smaller checkpoint
+-- derived from a fixture, and the chi-square distribution.
+local cjson = require("cjson")
+
+local M = {}
+
+-- Plain greedy decoding, the reference speculative output must equal: one prefill of the whole prompt, then
+-- one single-token step per token.
+function M.greedy(m, prompt, n)
+    local seq = assert(m:seq({ max_tokens = #prompt + n + 1 }))
+    local batch = m:batch({ rows = #prompt, seqs = 1 })
+    batch:add(seq, prompt)
+    assert(m:step(batch))
+    local out = {}
+    for i = 1, n do
+        out[i] = m:argmax(batch:logits(0))
+        batch:clear()
+        batch:add(seq, { out[i] })
+        assert(m:step(batch))
+    end
+    seq:free()
+    return out
+end
+
+-- Index of the first difference of two arrays, or nil when equal (lengths included).
+function M.first_diff(a, b)
+    for i = 1, math.max(#a, #b) do
+        if a[i] ~= b[i] then return i end
+    end
+    return nil
+end
+
+local function read_all(path)
+    local f = assert(io.open(path, "rb"))
+    local s = f:read("*a")
+    f:close()
+    return s
+end
+
+local function write_all(path, s)
+    local f = assert(io.open(path, "wb"))
+    f:write(s)
+    f:close()
+end
+
+local function u64le(n)
+    local b = {}
+    for i = 1, 8 do b[i] = string.char(n % 256) n = math.floor(n / 256) end
+    return table.concat(b)
+end
+
+-- Writes to out_dir a checkpoint derived from the single-file checkpoint src_dir: main layers `keep` (0-based,
+-- renumbered 0..), every MTP layer after them, and the vocabulary cut to its first `vocab` ids (embedding and
+-- lm_head rows). The weights are the fixture's own; the config is rewritten to match. Same on-disk format,
+-- same conventions, fewer and smaller tensors: a faster model for statistical tests.
+function M.derive_checkpoint(src_dir, out_dir, keep, vocab)
+    local config = cjson.decode(read_all(src_dir .. "/config.json"))
+    local text = config.text_config
+    local raw = read_all(src_dir .. "/model.safetensors")
+    local n = 0
+    for i = 8, 1, -1 do n = n * 256 + raw:byte(i) end
+    local header = cjson.decode(raw:sub(9, 8 + n))
+    local data0 = 8 + n
+    local n_main, n_mtp = text.num_hidden_layers, text.num_nextn_predict_layers or 0
+
+    local renumber = {}
+    for new, old in ipairs(keep) do renumber[old] = new - 1 end
+    for i = 0, n_mtp - 1 do renumber[n_main + i] = #keep + i end
+
+    local names = {}
+    for name in pairs(header) do if name ~= "__metadata__" then names[#names + 1] = name end end
+    table.sort(names)
+    local out_header, chunks, offset = {}, {}, 0
+    for _, name in ipairs(names) do
+        local t = header[name]
+        local layer, rest = name:match("^model%.language_model%.layers%.(%d+)%.(.*)$")
+        local new_name = name
+        if layer then
+            local l = renumber[tonumber(layer)]
+            new_name = l and ("model.language_model.layers." .. l .. "." .. rest) or nil
+        end
+        if new_name then
+            local b0, b1 = t.data_offsets[1], t.data_offsets[2]
+            local shape = { unpack(t.shape) }
+            if name == "model.language_model.embed_tokens.weight" or name == "lm_head.weight" then
+                b1 = b0 + (b1 - b0) / shape[1] * vocab
+                shape[1] = vocab
+            end
+            chunks[#chunks + 1] = raw:sub(data0 + b0 + 1, data0 + b1)
+            out_header[new_name] = { dtype = t.dtype, shape = shape, data_offsets = { offset, offset + (b1 - b0) } }
+            offset = offset + (b1 - b0)
+        end
+    end
+    local json = cjson.encode(out_header)
+    json = json .. string.rep(" ", (8 - #json % 8) % 8)
+    os.execute("mkdir -p '" .. out_dir .. "'")
+    write_all(out_dir .. "/model.safetensors", u64le(#json) .. json .. table.concat(chunks))
+
+    local function pick(list)
+        local out = {}
+        for i, old in ipairs(keep) do out[i] = list[old + 1] end
+        return out
+    end
+    text.num_hidden_layers = #keep
+    text.layer_types = pick(text.layer_types)
+    text.mlp_layer_types = pick(text.mlp_layer_types)
+    if text.indexer_types then text.indexer_types = pick(text.indexer_types) end
+    text.vocab_size = vocab
+    text.pad_token_id = cjson.null
+    write_all(out_dir .. "/config.json", cjson.encode(config))
+    return out_dir
+end
+
+-- A fresh temporary directory.
+function M.tmpdir()
+    local dir = os.tmpname()
+    os.remove(dir)
+    assert(os.execute("mkdir -p '" .. dir .. "'") == 0)
+    return dir
+end
+
+-- log Gamma (Lanczos, g = 7), enough for the incomplete gamma below.
+local LANCZOS = { 0.99999999999980993, 676.5203681218851, -1259.1392167224028, 771.32342877765313,
+                  -176.61502916214059, 12.507343278686905, -0.13857109526572012, 9.9843695780195716e-6,
+                  1.5056327351493116e-7 }
+local function log_gamma(x)
+    if x < 0.5 then return math.log(math.pi / math.sin(math.pi * x)) - log_gamma(1 - x) end
+    x = x - 1
+    local a, t = LANCZOS[1], x + 7.5
+    for i = 1, 8 do a = a + LANCZOS[i + 1] / (x + i) end
+    return 0.5 * math.log(2 * math.pi) + (x + 0.5) * math.log(t) - t + math.log(a)
+end
+
+-- Regularised upper incomplete gamma Q(a, x) (series below a + 1, continued fraction above; Numerical Recipes).
+local function gamma_q(a, x)
+    if x <= 0 then return 1 end
+    local gln = log_gamma(a)
+    if x < a + 1 then
+        local sum, del, ap = 1 / a, 1 / a, a
+        for _ = 1, 10000 do
+            ap = ap + 1
+            del = del * x / ap
+            sum = sum + del
+            if math.abs(del) < math.abs(sum) * 1e-15 then break end
+        end
+        return 1 - sum * math.exp(-x + a * math.log(x) - gln)
+    end
+    local b, c, d = x + 1 - a, 1e300, 1 / (x + 1 - a)
+    local h = d
+    for i = 1, 10000 do
+        local an = -i * (i - a)
+        b = b + 2
+        d = an * d + b
+        if math.abs(d) < 1e-300 then d = 1e-300 end
+        c = b + an / c
+        if math.abs(c) < 1e-300 then c = 1e-300 end
+        d = 1 / d
+        local del = d * c
+        h = h * del
+        if math.abs(del - 1) < 1e-15 then break end
+    end
+    return math.exp(-x + a * math.log(x) - gln) * h
+end
+
+-- Pearson's chi-square of observed counts against expected probabilities (tables keyed alike), n draws. Cells
+-- expected under 5 counts are pooled into one cell; a pool still under 5 joins the smallest other cell. Counts
+-- in cells of probability 0 make the statistic infinite. Returns the statistic, the degrees of freedom, the
+-- p-value and the total-variation distance between the empirical and the expected distribution.
+function M.chi_square(observed, expected, n)
+    local cells, pool, tv = {}, { o = 0, e = 0 }, 0
+    for key, p in pairs(expected) do
+        local o = observed[key] or 0
+        tv = tv + math.abs(o / n - p)
+        if p * n >= 5 then cells[#cells + 1] = { o = o, e = p * n } else pool.o, pool.e = pool.o + o, pool.e + p * n end
+    end
+    local impossible = false
+    for key, o in pairs(observed) do
+        if expected[key] == nil or expected[key] == 0 then
+            tv = tv + o / n
+            impossible = true
+        end
+    end
+    if impossible then return math.huge, math.max(#cells - 1, 1), 0, tv / 2 end
+    table.sort(cells, function(a, b) return a.e < b.e end)
+    if pool.e >= 5 or #cells == 0 then
+        cells[#cells + 1] = pool
+    elseif pool.e > 0 then
+        cells[1].o, cells[1].e = cells[1].o + pool.o, cells[1].e + pool.e
+    end
+    local stat = 0
+    for _, c in ipairs(cells) do stat = stat + (c.o - c.e) ^ 2 / c.e end
+    local df = math.max(#cells - 1, 1)
+    return stat, df, gamma_q(df / 2, stat / 2), tv / 2
+end
+
+return M
