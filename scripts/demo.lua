@@ -59,9 +59,12 @@ local t1 = clock.now()
 batch:add(seq, ids)
 assert(m:step(batch))
 local t2 = clock.now()
+-- Ids past the tokenizer's vocabulary are embedding padding (vocab_size is rounded up); never pick them.
+local n_vocab = math.min(tok:n_vocab(), m.vocab_size)
 for i = 1, args.max_tokens do
-    local next_id = m:argmax(batch:logits(0))
-    io.write(stream:push(next_id))
+    local next_id = m:argmax(batch:logits(0), n_vocab)
+    local text = stream:push(next_id)
+    io.write(text)
     io.flush()
     if i == args.max_tokens then break end
     batch:clear()
@@ -69,6 +72,7 @@ for i = 1, args.max_tokens do
     assert(m:step(batch))
 end
 local t3 = clock.now()
+io.write((stream:finish()))
 print(string.format("\n\nprefill: %d tokens in %.2f ms (%.0f tok/s); decode: %d tokens in %.2f ms (%.0f tok/s)",
     #ids, (t2 - t1) * 1e3, #ids / (t2 - t1), args.max_tokens - 1, (t3 - t2) * 1e3,
     (args.max_tokens - 1) / math.max(t3 - t2, 1e-9)))
