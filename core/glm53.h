@@ -367,7 +367,7 @@ GLM53_API int32_t      glm53_tokenizer_is_added(const glm53_tokenizer *tok, int3
  *   1. x = logits + logit_bias                                   (-inf bans a token; NaN or +inf logits are an error)
  *   2. repetition penalty r on tokens seen in the prompt or the output: x > 0 ? x / r : x * r      (HF and vLLM)
  *      frequency penalty f and presence penalty a on output tokens: x -= f * count + a * (count > 0)   (OpenAI/vLLM)
- *   3. temperature <= 0: greedy, the distribution is one-hot at argmax x (lowest id on ties); stop here
+ *   3. temperature < 1e-5: greedy, the distribution is one-hot at argmax x (lowest id on ties); stop here
  *   4. x = x / temperature;  p = softmax(x)
  *   5. min_p: drop tokens with p < min_p * max p
  *   6. top_k: keep the k largest (ties by lower id)
@@ -385,7 +385,7 @@ GLM53_API int32_t      glm53_tokenizer_is_added(const glm53_tokenizer *tok, int3
 typedef struct glm53_sampler glm53_sampler;
 
 typedef struct glm53_sampler_params {
-    float    temperature;         /* <= 0: greedy */
+    float    temperature;         /* < 1e-5 (0, say): greedy */
     int32_t  top_k;               /* <= 0 or >= vocab: off */
     float    top_p;               /* (0, 1]; 1: off */
     float    min_p;               /* [0, 1]; 0: off */

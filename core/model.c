@@ -17,6 +17,7 @@
 #include "model.h"
 
 #include "config.h"
+#include "vision.h"   /* vision tower: loaded and freed with the model */
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -32,6 +33,7 @@ glm53_model_params glm53_model_default_params(void) {
     p.cuda_device = 0;
     p.load_mtp = 1;
     p.cache_bytes_max = 0;
+    p.activation_dtype = -1;
     return p;
 }
 
@@ -326,6 +328,7 @@ glm53_status glm53_model_load(const char *path, const glm53_model_params *params
     glm53_model *m = calloc(1, sizeof *m);
     if (!m) return GLM53_FAIL(GLM53_ERR_OUT_OF_MEMORY, "no memory for a model");
     m->params = params ? *params : glm53_model_default_params();
+    m->trace_dir = getenv("GLM53_TRACE_DIR");
     pthread_mutex_init(&m->lock, NULL);
     glm53_status st = glm53_checkpoint_open(path, &m->ckpt);
     if (st == GLM53_OK) st = glm53_checkpoint_config(m->ckpt, &m->config);
@@ -335,7 +338,16 @@ glm53_status glm53_model_load(const char *path, const glm53_model_params *params
         else if (m->params.device == GLM53_DEVICE_CUDA) st = glm53_backend_cuda_create(m->params.cuda_device, &m->be);
         else st = GLM53_FAIL(GLM53_ERR_INVALID_ARG, "model_load: unknown device %d", m->params.device);
     }
+    if (st == GLM53_OK && m->params.activation_dtype >= 0) {
+        int want = m->params.activation_dtype;
+        if (want != GLM53_F32 && want != GLM53_BF16)
+            st = GLM53_FAIL(GLM53_ERR_INVALID_ARG, "model_load: activation dtype must be F32 or BF16, got %d", want);
+        else if (want == GLM53_BF16 && m->be->device == GLM53_DEVICE_CPU)
+            st = GLM53_FAIL(GLM53_ERR_UNSUPPORTED, "model_load: the CPU backend computes in F32 only");
+        else m->be->act_dtype = want;
+    }
     if (st == GLM53_OK) st = load_model(m);
+    if (st == GLM53_OK && m->config.has_vision) st = glm53_vision_load(m);   /* vision tower (core/vision.c) */
     if (st != GLM53_OK) {
         glm53_model_destroy(m);
         return st;
@@ -362,6 +374,7 @@ void glm53_model_destroy(glm53_model *m) {
         m->be->release(m->be, t);
     }
     free(m->owned);
+    glm53_vision_free(m);   /* vision tower (core/vision.c) */
     if (m->be) m->be->destroy(m->be);
     glm53_checkpoint_free(m->ckpt);
     pthread_mutex_destroy(&m->lock);
@@ -462,6 +475,7 @@ typedef struct {
     int64_t       N;
     int           act;
     glm53_status  st;
+    int           layer;        /* the layer being run, for trace() */
 } step_ctx;
 
 #define NEW(dtype, ndim, d0, d1, d2) arena_new(sc->A, &sc->st, (dtype), (ndim), (d0), (d1), (d2))
@@ -469,6 +483,40 @@ typedef struct {
     do {                                           \
         if (sc->st == GLM53_OK) sc->st = (call);   \
     } while (0)
+
+/* Debugging aid: with $GLM53_TRACE_DIR set, every traced activation of a step is written there as float32 .npy
+ * (<step>_<layer>_<name>.npy), so two backends, or the engine and transformers, can be compared point by point.
+ * Costs nothing when unset. */
+static void trace(step_ctx *sc, int layer, const char *name, const glm53_tensor *t) {
+    if (!sc->m->trace_dir || sc->st != GLM53_OK || !t) return;
+    int64_t n = glm53_tensor_numel(t);
+    glm53_tensor *t32 = NEW(GLM53_F32, 1, n, 0, 0);
+    float *host = malloc((size_t)n * sizeof(float));
+    glm53_tensor flat = reshape(t, 1, n, 0, 0);
+    OP(sc->be->copy(sc->be, t32, &flat));
+    if (host) OP(sc->be->download(sc->be, host, t32));
+    char path[1024], header[256];
+    snprintf(path, sizeof path, "%s/%03lld_%02d_%s.npy", sc->m->trace_dir, (long long)sc->m->trace_step, layer, name);
+    FILE *f = host && sc->st == GLM53_OK ? fopen(path, "wb") : NULL;
+    if (f) {
+        char shape[128] = "";
+        for (int i = 0; i < t->ndim; i++)
+            snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "%lld,%s", (long long)t->shape[i],
+                     i + 1 < t->ndim ? " " : "");
+        int len = snprintf(header, sizeof header, "{'descr': '<f4', 'fortran_order': False, 'shape': (%s), }", shape);
+        int pad = 64 - (10 + len + 1) % 64;
+        if (pad == 64) pad = 0;
+        fwrite("\x93NUMPY\x01\x00", 1, 8, f);
+        uint16_t hlen = (uint16_t)(len + pad + 1);
+        fwrite(&hlen, 2, 1, f);
+        fwrite(header, 1, (size_t)len, f);
+        for (int i = 0; i < pad; i++) fputc(' ', f);
+        fputc('\n', f);
+        fwrite(host, sizeof(float), (size_t)n, f);
+        fclose(f);
+    }
+    free(host);
+}
 
 /* Uploads host int32 values into a new I32 tensor [n]. */
 static glm53_tensor *upload_i32(step_ctx *sc, const int32_t *values, int64_t n) {
@@ -529,6 +577,10 @@ static void kda_layer(step_ctx *sc, const layer_weights *L, int layer, const glm
     OP(be->matmul(be, ga, xn, &w->g_a));
     OP(be->matmul(be, gz, ga, &w->g_b));
     glm53_tensor *o = NEW(sc->act, 3, N, Hk, dk);
+    trace(sc, layer, "kda_q_raw", qkv[0]);
+    trace(sc, layer, "kda_g", g);
+    trace(sc, layer, "kda_beta", beta);
+    trace(sc, layer, "kda_gz", gz);
 
     for (int32_t i = 0; i < sc->n_seqs && sc->st == GLM53_OK; i++) {
         const seq_slice *s = &sc->slices[i];
@@ -540,6 +592,8 @@ static void kda_layer(step_ctx *sc, const layer_weights *L, int layer, const glm
             if (sc->st == GLM53_OK) kda_conv_one(sc, s, &lc->conv[j], qkv[j], conv_w[j], cq[j]);
         }
         if (sc->st != GLM53_OK) break;
+        trace(sc, layer, "kda_q_conv", cq[0]);
+        trace(sc, layer, "kda_v_conv", cq[2]);
         glm53_tensor qh = reshape(cq[0], 2, T * Hk, dk, 0), kh = reshape(cq[1], 2, T * Hk, dk, 0);
         OP(be->l2norm(be, &qh, &qh, 1e-6f, 1.0f / sqrtf((float)dk)));
         OP(be->l2norm(be, &kh, &kh, 1e-6f, 1.0f));
@@ -570,8 +624,10 @@ static void kda_layer(step_ctx *sc, const layer_weights *L, int layer, const glm
         free(snap_views);
         arena_reset(sc->A, mark);
     }
+    trace(sc, layer, "kda_core", o);
     glm53_tensor oh = reshape(o, 2, N * Hk, dk, 0), gzh = reshape(gz, 2, N * Hk, dk, 0);
     OP(be->rmsnorm_gated(be, &oh, &oh, &gzh, &w->o_norm, c->rms_norm_eps));
+    trace(sc, layer, "kda_normed", o);
     glm53_tensor o2 = reshape(o, 2, N, C, 0);
     OP(be->matmul(be, y, &o2, &w->o_proj));
 }
@@ -614,6 +670,13 @@ static void dsa_layer(step_ctx *sc, const layer_weights *L, int layer, const glm
         OP(be->axpby(be, wi, wi, 1.0f / sqrtf((float)Hi), 0.0f));
     }
     glm53_tensor *o = NEW(sc->act, 3, N, Hm, dvm);
+    trace(sc, layer, "dsa_qa", qa);
+    trace(sc, layer, "dsa_q", q);
+    trace(sc, layer, "dsa_latent", lat);
+    trace(sc, layer, "dsa_kappa", kap);
+    trace(sc, layer, "dsa_sigma", sig);
+    trace(sc, layer, "dsa_Qi", Qi);
+    trace(sc, layer, "dsa_wi", wi);
 
     for (int32_t i = 0; i < sc->n_seqs && sc->st == GLM53_OK; i++) {
         seq_slice *s = &sc->slices[i];
@@ -658,6 +721,7 @@ static void dsa_layer(step_ctx *sc, const layer_weights *L, int layer, const glm
                 OP(be->alloc(be, s->idx));
             }
             OP(be->kpool_select(be, s->idx, scores, pos, (int32_t)P, (int32_t)n_select, with_tail));
+            if (G1 > n_select) trace(sc, layer, "dsa_scores", scores);
             arena_reset(sc->A, mark);
         } else if (!s->idx) {
             sc->st = GLM53_FAIL(GLM53_ERR_FORMAT, "layer %d shares an indexer but no full indexer ran before it",
@@ -667,6 +731,7 @@ static void dsa_layer(step_ctx *sc, const layer_weights *L, int layer, const glm
         glm53_tensor qr = rows(q, s->row0, T), orow = rows(o, s->row0, T);
         OP(be->sparse_mla(be, &orow, &qr, &lc->latent, s->idx, &w->kv_b, 1.0f / sqrtf((float)dn)));
     }
+    trace(sc, layer, "dsa_o", o);
     glm53_tensor o2 = reshape(o, 2, N, Hm * dvm, 0);
     OP(be->matmul(be, y, &o2, &w->o_proj));
 }
@@ -695,6 +760,9 @@ static void moe_forward(step_ctx *sc, const moe_weights *w, const glm53_tensor *
     OP(be->moe_route(be, ids, wts, logits, &w->bias, c->n_group, c->topk_group, c->norm_topk_prob,
                      c->routed_scaling_factor));
     OP(be->moe_experts(be, y, xn, ids, wts, w->gate_ptr, w->up_ptr, w->down_ptr, (int32_t)E, c->swiglu_limit));
+    trace(sc, sc->layer, "moe_logits", logits);
+    trace(sc, sc->layer, "moe_weights", wts);
+    trace(sc, sc->layer, "moe_routed", y);
     if (c->n_shared_experts > 0) {
         glm53_tensor *shared = NEW(sc->act, 2, N, c->hidden_size, 0);
         mlp_forward(sc, &w->shared, xn, shared);
@@ -835,30 +903,41 @@ static glm53_status run_step(step_ctx *sc, const glm53_batch *b, glm53_step_outp
     glm53_tensor *x = NEW(sc->act, 2, N, D, 0), *xn = NEW(sc->act, 2, N, D, 0), *y = NEW(sc->act, 2, N, D, 0);
     glm53_tensor *post = NEW(GLM53_F32, 2, N, S, 0), *comb = NEW(GLM53_F32, 3, N, S, S);
     OP(be->mhc_expand(be, H, E));
+    trace(sc, 99, "embed", E);
 
     for (int l = 0; l < c->num_hidden_layers && sc->st == GLM53_OK; l++) {
         const layer_weights *L = &m->layers[l];
         const float eps = c->rms_norm_eps, hc_eps = c->hc_eps;
         int64_t mark = arena_mark(sc->A);
         glm53_tensor *tmp;
+        sc->layer = l;
 
         OP(be->mhc_pre(be, x, post, comb, H, &L->hc_attn.fn, &L->hc_attn.base, &L->hc_attn.scale, eps, hc_eps,
                        c->hc_sinkhorn_iters));
         OP(be->rmsnorm(be, xn, x, &L->input_norm, eps));
+        trace(sc, l, "attn_x", x);
+        trace(sc, l, "attn_post", post);
+        trace(sc, l, "attn_comb", comb);
+        trace(sc, l, "attn_xn", xn);
         if (L->mixer == GLM53_LAYER_KDA) kda_layer(sc, L, l, xn, y);
         else dsa_layer(sc, L, l, xn, y);
+        trace(sc, l, "attn_y", y);
         OP(be->mhc_post(be, H2, y, H, post, comb));
         tmp = H; H = H2; H2 = tmp;
+        trace(sc, l, "attn_H", H);
         arena_reset(sc->A, mark);
 
         int64_t mark_ffn = arena_mark(sc->A);
         OP(be->mhc_pre(be, x, post, comb, H, &L->hc_ffn.fn, &L->hc_ffn.base, &L->hc_ffn.scale, eps, hc_eps,
                        c->hc_sinkhorn_iters));
         OP(be->rmsnorm(be, xn, x, &L->post_attn_norm, eps));
+        trace(sc, l, "ffn_xn", xn);
         if (L->mlp_type == GLM53_MLP_DENSE) mlp_forward(sc, &L->mlp, xn, y);
         else moe_forward(sc, &L->moe, xn, y);
+        trace(sc, l, "ffn_y", y);
         OP(be->mhc_post(be, H2, y, H, post, comb));
         tmp = H; H = H2; H2 = tmp;
+        trace(sc, l, "ffn_H", H);
         arena_reset(sc->A, mark_ffn);
     }
     if (sc->st != GLM53_OK) return sc->st;
@@ -950,7 +1029,7 @@ static glm53_status step(glm53_model *m, int32_t mtp_layer, const glm53_batch *b
 
     arena A = {.be = m->be};
     seq_slice *slices = calloc((size_t)b->n_seqs, sizeof *slices);
-    step_ctx sc = {m, m->be, &A, slices, b->n_seqs, N, m->be->act_dtype, GLM53_OK};
+    step_ctx sc = {m, m->be, &A, slices, b->n_seqs, N, m->be->act_dtype, GLM53_OK, 0};
     glm53_status st;
     if (!slices) {
         st = GLM53_FAIL(GLM53_ERR_OUT_OF_MEMORY, "no memory for the batch");
@@ -962,6 +1041,7 @@ static glm53_status step(glm53_model *m, int32_t mtp_layer, const glm53_batch *b
         }
         if (mtp_layer < 0) {
             st = run_step(&sc, b, out, n_out);
+        m->trace_step++;
             for (int32_t i = 0; i < b->n_seqs; i++)
                 glm53_seq_note_step(b->seqs[i], slices[i].pos0, b->n_rows[i], st == GLM53_OK);
         } else {

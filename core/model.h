@@ -78,11 +78,14 @@ struct glm53_model {
     int32_t            n_kda_layers, n_dsa_layers;
     mtp_weights       *mtp;                       /* [n_mtp] or NULL */
     int32_t            n_mtp;
+    struct glm53_vision *vision;                  /* vision tower (core/vision.c), NULL without a vision_config */
 
     glm53_tensor      *owned;                     /* device copies of weights and scales, freed with the model */
     int64_t            n_owned, cap_owned;
     int64_t            weight_bytes;
 
+    const char        *trace_dir;                 /* $GLM53_TRACE_DIR: dump intermediates of every step there */
+    int64_t            trace_step;
     pthread_mutex_t    lock;                      /* cache accounting and the one-step-at-a-time rule */
     int64_t            cache_bytes;
     bool               stepping;

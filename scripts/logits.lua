@@ -8,6 +8,11 @@ logits.lua - the logits of a model at every position of a token sequence, as a .
 IN.npy is int32 [T]; OUT.npy is float32 [T, vocab]. prefill runs the T tokens in one step; decode runs the
 first token, then one token per step through the cache; chunked runs steps of N tokens. This contract is
 relied on by tests and by the CUDA check; keep it.
+
+Images and videos: --image PATH (repeatable) and --video PATH (repeatable; one animated GIF, or frame files
+joined by commas, with --fps for their frame rate) fill the image-token placeholders of IN.npy, which must
+already be expanded (as transformers' processor writes input_ids): placeholders outside a video span take the
+images in order, those inside take the videos in order (glm53.vision.fill; docs/vision.md).
 ]]
 local script = arg and arg[0] or "scripts/logits.lua"
 package.path = (script:match("^(.*)/[^/]*$") or ".") .. "/../lua/?.lua;" ..
@@ -24,6 +29,10 @@ local args = cli.parse(arg, {
         chunk = { type = "number", default = 16, help = "rows per step in chunked mode" },
         device = { default = "cpu", choices = { "cpu", "cuda" } },
         threads = { type = "number", default = 0, help = "CPU threads (0 = all cores)" },
+        activations = { choices = { "f32", "bf16" }, help = "activation dtype (default: the backend's)" },
+        image = { list = true, metavar = "PATH", help = "image for the next image placeholders" },
+        video = { list = true, metavar = "PATH", help = "video: a GIF, or frame files joined by commas" },
+        fps = { type = "number", help = "frame rate of --video frame files" },
     },
 })
 
@@ -43,11 +52,32 @@ if T < 1 then die(args.tokens .. ": no tokens") end
 local ids = ffi.new("int32_t[?]", T)
 for i = 0, T - 1 do ids[i] = tokens.data[i] end
 
-local m, err = model.load(args.model, { device = args.device, threads = args.threads })
+local m, err = model.load(args.model, { device = args.device, threads = args.threads,
+                                        activations = args.activations })
 if not m then die(err) end
 local seq = assert(m:seq({ max_tokens = T }))
 local step = args.mode == "prefill" and T or args.mode == "decode" and 1 or args.chunk
 if step < 1 then die("--chunk must be >= 1") end
+
+-- Image and video rows (glm53.vision): embeddings for the placeholder positions of ids.
+local media
+if #args.image > 0 or #args.video > 0 then
+    local vision = require("glm53.vision")
+    local images, videos = {}, {}
+    for i, p in ipairs(args.image) do
+        local item, verr = vision.image(p)
+        images[i] = item or die(p .. ": " .. tostring(verr))
+    end
+    for i, v in ipairs(args.video) do
+        local frames = {}
+        for f in v:gmatch("[^,]+") do frames[#frames + 1] = f end
+        local item, verr = vision.video(#frames == 1 and frames[1] or frames, { fps = args.fps })
+        videos[i] = item or die(v .. ": " .. tostring(verr))
+    end
+    local ferr
+    media, ferr = vision.fill(m, ids, T, images, videos)
+    if not media then die(ferr) end
+end
 
 local V = m.vocab_size
 local out = ffi.new("float[?]", T * V)
@@ -56,7 +86,11 @@ local pos = 0
 while pos < T do
     local n = math.min(step, T - pos)
     batch:clear()
-    batch:add(seq, ids + pos, "all", n)
+    if media then
+        batch:add_embedded(seq, ids + pos, n, media.embeddings + pos * m.hidden_size, media.use + pos, "all")
+    else
+        batch:add(seq, ids + pos, "all", n)
+    end
     local ok, step_err = m:step(batch)
     if not ok then die(step_err) end
     ffi.copy(out + pos * V, batch:logits(0), n * V * 4)

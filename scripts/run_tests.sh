@@ -10,8 +10,8 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 passed=0; failed=0
 
-count_ctest() {   # reads ctest output on stdin, adds its counts
-  local out; out=$(cat); printf '%s\n' "$out"
+count_ctest() {   # adds the counts of the ctest output given as $1
+  local out=$1; printf '%s\n' "$out"
   local line; line=$(printf '%s\n' "$out" | grep -E 'tests passed, [0-9]+ tests? failed out of' | tail -1)
   if [ -z "$line" ]; then failed=$((failed + 1)); return; fi
   local f t; f=$(sed -E 's/.* ([0-9]+) tests? failed out of ([0-9]+).*/\1/' <<<"$line")
@@ -20,12 +20,12 @@ count_ctest() {   # reads ctest output on stdin, adds its counts
 }
 
 echo "== C tests (ctest, $build)"
-(cd "$build" && ctest --output-on-failure -j "$(nproc)" 2>&1) | count_ctest
+count_ctest "$(cd "$build" && ctest --output-on-failure -j "$(nproc)" 2>&1)"
 
 echo "== bad-input C tests under AddressSanitizer (build-asan)"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DGLM53_SANITIZE=ON -DGLM53_CUDA=OFF >/dev/null &&
   cmake --build build-asan -j "$(nproc)" >/dev/null 2>&1 || echo "asan build failed"
-(cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -L asan 2>&1) | count_ctest
+count_ctest "$(cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -L asan 2>&1)"
 
 echo "== Lua tests (busted, LuaJIT)"
 bout=$(GLM53_BUILD="$root/$build" busted --lua=luajit -o utfTerminal tests/lua 2>&1); printf '%s\n' "$bout"

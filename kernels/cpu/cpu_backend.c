@@ -5,6 +5,7 @@
  * download are memcpy. Activations are F32. The ops themselves live in ops_*.c; this file fills the op table.
  */
 #include "cpu_model_ops.h"
+#include "cpu_vision_ops.h"
 
 #include <stdlib.h>
 
@@ -198,6 +199,8 @@ glm53_status glm53_backend_cpu_create(int32_t n_threads, glm53_backend **out) {
     be->sparse_mla = cpu_sparse_mla;
     be->moe_route = cpu_moe_route;
     be->moe_experts = cpu_moe_experts;
+    be->rope_2d = cpu_rope_2d;
+    be->attention_segments = cpu_attention_segments;
     *out = be;
     return GLM53_OK;
 }

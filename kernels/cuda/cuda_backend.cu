@@ -459,6 +459,8 @@ extern "C" glm53_status glm53_backend_cuda_create(int32_t device_ordinal, glm53_
     be->sparse_mla = cuda_sparse_mla;
     be->moe_route = cuda_moe_route;
     be->moe_experts = cuda_moe_experts;
+    be->rope_2d = cuda_rope_2d;
+    be->attention_segments = cuda_attention_segments;
     *out = be;
     return GLM53_OK;
 }

@@ -309,4 +309,10 @@ glm53_status cuda_moe_experts(glm53_backend *be, glm53_tensor *y, const glm53_te
                               const glm53_tensor *const *up, const glm53_tensor *const *down, int32_t n_experts,
                               float limit);
 
+/* Vision ops (ops_vision.cu) */
+glm53_status cuda_rope_2d(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x, const glm53_tensor *pos,
+                          float theta);
+glm53_status cuda_attention_segments(glm53_backend *be, glm53_tensor *o, const glm53_tensor *q, const glm53_tensor *k,
+                                     const glm53_tensor *v, const glm53_tensor *cu_seqlens, float scale);
+
 #endif /* GLM53_CUDA_COMMON_CUH */

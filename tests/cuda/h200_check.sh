@@ -5,7 +5,9 @@
 #   . .debs/env.sh && tests/cuda/h200_check.sh [.h200]
 # 1. every CUDA op against the CPU op (tests/cuda/test_cuda_ops);
 # 2. the whole model on CUDA: every fixture, prefill/decode/chunked, against the float64 transformers logits;
-# 3. batched steps, fork and truncate on CUDA (the same specs as on the CPU, GLM53_DEVICE=cuda).
+# 3. batched steps, fork and truncate on CUDA (the same specs as on the CPU, GLM53_DEVICE=cuda);
+# 4. the same with F32 activations, which separates kernel errors from BF16 rounding;
+# 5. the vision ops and the vision tower / image prompts on CUDA.
 set -uo pipefail
 bin=${1:-.h200}
 export GLM53_LIB=$PWD/$bin/libglm53.so
@@ -15,6 +17,8 @@ status=0
 echo "== CUDA ops vs CPU ops"
 TEST="$bin/test_cuda_ops" RUN_TIMEOUT=240 GROUP_TIMEOUT=40 tests/cuda/run.sh > "$out/cuda_ops.log" 2>&1; rc=$?
 grep -E "FAIL|cuda ops:" "$out/cuda_ops.log" | tail -n 40; [ $rc -eq 0 ] || status=1
+timeout 120 "$bin/test_cuda_vision_ops" > "$out/cuda_vision_ops.log" 2>&1; rc=$?
+grep -E "FAIL|passed" "$out/cuda_vision_ops.log" | tail -n 10; [ $rc -eq 0 ] || status=1
 
 echo "== model on CUDA vs float64 reference, and CUDA caches"
 busted_bin=$(command -v busted)
@@ -23,4 +27,20 @@ GLM53_DEVICE=cuda timeout 300 luajit "$busted_bin" --lua=luajit -o TAP tests/lua
 grep -E "rel err|^not ok|^# " "$out/cuda_model.log" | head -60
 grep -cE "^ok" "$out/cuda_model.log" | sed 's/^/model specs passed: /'
 [ $rc -eq 0 ] || status=1
+
+echo "== model on CUDA with F32 activations (isolates rounding from kernel errors)"
+GLM53_DEVICE=cuda GLM53_ACTIVATIONS=f32 timeout 300 luajit "$busted_bin" --lua=luajit -o TAP \
+    tests/lua/fixtures_spec.lua tests/lua/model_cache_spec.lua > "$out/cuda_model_f32.log" 2>&1; rc=$?
+grep -E "rel err|^not ok" "$out/cuda_model_f32.log" | head -40
+grep -cE "^ok" "$out/cuda_model_f32.log" | sed 's/^/model specs passed (f32): /'
+[ $rc -eq 0 ] || status=1
+
+echo "== vision on CUDA"
+for act in bf16 f32; do
+    GLM53_DEVICE=cuda GLM53_ACTIVATIONS=$act timeout 200 luajit "$busted_bin" --lua=luajit -o TAP \
+        tests/lua/vision_spec.lua > "$out/cuda_vision_$act.log" 2>&1; rc=$?
+    grep -E "rel err|^not ok" "$out/cuda_vision_$act.log" | grep -v "^ok" | head -20
+    grep -cE "^ok" "$out/cuda_vision_$act.log" | sed "s/^/vision specs passed ($act): /"
+    [ $rc -eq 0 ] || status=1
+done
 exit $status

@@ -73,8 +73,8 @@ for _, fx in ipairs(list) do
             it(mode[1] .. " matches the float64 reference", function()
                 local got = run(m, ids, T, mode[2] or T)
                 local err, flips = compare(got, ref.data, T, m.vocab_size)
-                print(string.format("  %-5s %-22s %-8s rel err %.2e, argmax agreement %d/%d", device.name, fx.name,
-                                    mode[1], err, T - flips, T))
+                print(string.format("  %-5s %-4s %-22s %-8s rel err %.2e, argmax agreement %d/%d", device.name,
+                                    device.activations, fx.name, mode[1], err, T - flips, T))
                 assert.is_true(err <= device.reference,
                                string.format("relative error %.3e > %.0e", err, device.reference))
                 assert.is_true((T - flips) >= device.argmax_agreement * T,
@@ -90,7 +90,8 @@ describe("scripts/logits.lua", function()
         assert.is_not_nil(fx, "no fixture")
         local out = os.tmpname()
         local cmd = string.format("luajit scripts/logits.lua --model %s --tokens %s/tokens.npy --out %s " ..
-                                  "--mode chunked --chunk 5 --threads 2 --device %s", fx.dir, fx.dir, out, device.name)
+                                  "--mode chunked --chunk 5 --threads 2 --device %s --activations %s", fx.dir, fx.dir,
+                                  out, device.name, device.activations)
         assert.are.equal(0, os.execute(cmd))
         local got = assert(npy.read(out))
         os.remove(out)
