@@ -239,8 +239,8 @@ describe("CLI contracts", function()
         local p = assert(index.prompts.one_image, "no one_image prompt")
         local c = index.images[p.media[1]]
         local cmd = string.format("%sluajit scripts/logits.lua --model %s --tokens %s --image %s --out %s.logits.npy " ..
-                                  "--threads 2 --device %s", env, path(index.model), path(p.input_ids), path(c.file),
-                                  tmp, device.name)
+                                  "--threads 2 --device %s --activations %s", env, path(index.model), path(p.input_ids),
+                                  path(c.file), tmp, device.name, device.activations)
         local ok = os.execute(cmd)
         assert.is_true(ok == 0 or ok == true, cmd)
         local got, ref = assert(npy.read(tmp .. ".logits.npy")), assert(npy.read(path(p.logits)))
