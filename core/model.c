@@ -16,6 +16,7 @@
  */
 #include "model.h"
 
+#include "arena.h"
 #include "config.h"
 #include "vision.h"   /* vision tower: loaded and freed with the model */
 
@@ -402,60 +403,8 @@ int64_t glm53_model_cache_bytes(const glm53_model *m) {
 }
 
 /* ------------------------------------------------------------------------------------------------------------
- * Step scratch: every temporary of a step is a tensor in this arena. arena_mark / arena_reset free what a
- * layer allocated once the layer is done, so a long prefill holds one layer's temporaries at a time.
+ * Step helpers
  */
-typedef struct {
-    glm53_backend *be;
-    glm53_tensor **items;
-    int64_t n, cap;
-} arena;
-
-static glm53_tensor *arena_new(arena *a, glm53_status *st, int dtype, int ndim, int64_t d0, int64_t d1, int64_t d2) {
-    if (*st != GLM53_OK) return NULL;
-    if (a->n == a->cap) {
-        int64_t cap = a->cap ? 2 * a->cap : 64;
-        glm53_tensor **grown = realloc(a->items, (size_t)cap * sizeof *grown);
-        if (!grown) { *st = GLM53_FAIL(GLM53_ERR_OUT_OF_MEMORY, "no memory for step scratch"); return NULL; }
-        a->items = grown;
-        a->cap = cap;
-    }
-    glm53_tensor *t = calloc(1, sizeof *t);
-    if (!t) { *st = GLM53_FAIL(GLM53_ERR_OUT_OF_MEMORY, "no memory for step scratch"); return NULL; }
-    t->dtype = dtype;
-    t->device = a->be->device;
-    t->ndim = ndim;
-    t->shape[0] = d0;
-    t->shape[1] = d1;
-    t->shape[2] = d2;
-    *st = a->be->alloc(a->be, t);
-    if (*st != GLM53_OK) { free(t); return NULL; }
-    a->items[a->n++] = t;
-    return t;
-}
-
-static int64_t arena_mark(const arena *a) { return a->n; }
-
-static void arena_reset(arena *a, int64_t mark) {
-    while (a->n > mark) {
-        glm53_tensor *t = a->items[--a->n];
-        a->be->release(a->be, t);
-        free(t);
-    }
-}
-
-/* A tensor of the same data with another shape (same element count). */
-static glm53_tensor reshape(const glm53_tensor *t, int ndim, int64_t d0, int64_t d1, int64_t d2) {
-    glm53_tensor v = *t;
-    v.ndim = ndim;
-    v.shape[0] = d0;
-    v.shape[1] = d1;
-    v.shape[2] = d2;
-    for (int i = 3; i < GLM53_MAX_DIMS; i++) v.shape[i] = 0;
-    glm53_tensor_set_contiguous(&v);
-    return v;
-}
-
 static glm53_tensor rows(const glm53_tensor *t, int64_t row0, int64_t n) { return glm53_tensor_rows_view(t, row0, n); }
 
 /* One sequence's slice of the batch. */
@@ -469,7 +418,7 @@ typedef struct {
 typedef struct {
     glm53_model *m;
     glm53_backend *be;
-    arena        *A;
+    glm53_arena  *A;
     seq_slice    *slices;
     int32_t       n_seqs;
     int64_t       N;
@@ -478,7 +427,7 @@ typedef struct {
     int           layer;        /* the layer being run, for trace() */
 } step_ctx;
 
-#define NEW(dtype, ndim, d0, d1, d2) arena_new(sc->A, &sc->st, (dtype), (ndim), (d0), (d1), (d2))
+#define NEW(dtype, ndim, d0, d1, d2) glm53_arena_new(sc->A, &sc->st, (dtype), (ndim), (d0), (d1), (d2))
 #define OP(call)                                   \
     do {                                           \
         if (sc->st == GLM53_OK) sc->st = (call);   \
@@ -492,7 +441,7 @@ static void trace(step_ctx *sc, int layer, const char *name, const glm53_tensor 
     int64_t n = glm53_tensor_numel(t);
     glm53_tensor *t32 = NEW(GLM53_F32, 1, n, 0, 0);
     float *host = malloc((size_t)n * sizeof(float));
-    glm53_tensor flat = reshape(t, 1, n, 0, 0);
+    glm53_tensor flat = glm53_tensor_reshape(t, 1, n, 0, 0);
     OP(sc->be->copy(sc->be, t32, &flat));
     if (host) OP(sc->be->download(sc->be, host, t32));
     char path[1024], header[256];
@@ -585,7 +534,7 @@ static void kda_layer(step_ctx *sc, const layer_weights *L, int layer, const glm
     for (int32_t i = 0; i < sc->n_seqs && sc->st == GLM53_OK; i++) {
         const seq_slice *s = &sc->slices[i];
         layer_cache *lc = &s->seq->layers[layer];
-        int64_t T = s->n_rows, mark = arena_mark(sc->A);
+        int64_t T = s->n_rows, mark = glm53_arena_mark(sc->A);
         glm53_tensor *cq[3];
         for (int j = 0; j < 3; j++) {
             cq[j] = NEW(sc->act, 2, T, C, 0);
@@ -594,7 +543,7 @@ static void kda_layer(step_ctx *sc, const layer_weights *L, int layer, const glm
         if (sc->st != GLM53_OK) break;
         trace(sc, layer, "kda_q_conv", cq[0]);
         trace(sc, layer, "kda_v_conv", cq[2]);
-        glm53_tensor qh = reshape(cq[0], 2, T * Hk, dk, 0), kh = reshape(cq[1], 2, T * Hk, dk, 0);
+        glm53_tensor qh = glm53_tensor_reshape(cq[0], 2, T * Hk, dk, 0), kh = glm53_tensor_reshape(cq[1], 2, T * Hk, dk, 0);
         OP(be->l2norm(be, &qh, &qh, 1e-6f, 1.0f / sqrtf((float)dk)));
         OP(be->l2norm(be, &kh, &kh, 1e-6f, 1.0f));
 
@@ -607,28 +556,28 @@ static void kda_layer(step_ctx *sc, const layer_weights *L, int layer, const glm
         if (!snap || !snap_views) sc->st = GLM53_FAIL(GLM53_ERR_OUT_OF_MEMORY, "no memory for KDA snapshots");
         if (sc->st == GLM53_OK) {
             glm53_tensor slot_in = rows(&lc->states, s->pos0 % q->ring, 1);
-            slot_in = reshape(&slot_in, 3, Hk, dk, dk);
+            slot_in = glm53_tensor_reshape(&slot_in, 3, Hk, dk, dk);
             OP(be->copy(be, state, &slot_in));
             for (int64_t t = T > q->ring ? T - q->ring : 0; t < T; t++) {
                 glm53_tensor slot = rows(&lc->states, (s->pos0 + t + 1) % q->ring, 1);
-                snap_views[t] = reshape(&slot, 3, Hk, dk, dk);
+                snap_views[t] = glm53_tensor_reshape(&slot, 3, Hk, dk, dk);
                 snap[t] = &snap_views[t];
             }
-            glm53_tensor q3 = reshape(cq[0], 3, T, Hk, dk), k3 = reshape(cq[1], 3, T, Hk, dk);
-            glm53_tensor v3 = reshape(cq[2], 3, T, Hk, dk), o3 = rows(o, s->row0, T);
+            glm53_tensor q3 = glm53_tensor_reshape(cq[0], 3, T, Hk, dk), k3 = glm53_tensor_reshape(cq[1], 3, T, Hk, dk);
+            glm53_tensor v3 = glm53_tensor_reshape(cq[2], 3, T, Hk, dk), o3 = rows(o, s->row0, T);
             glm53_tensor g_rows = rows(g, s->row0, T), b_rows = rows(beta, s->row0, T);
-            glm53_tensor g3 = reshape(&g_rows, 3, T, Hk, dk);
+            glm53_tensor g3 = glm53_tensor_reshape(&g_rows, 3, T, Hk, dk);
             OP(be->kda_recurrent(be, &o3, &q3, &k3, &v3, &g3, &b_rows, state, snap));
         }
         free(snap);
         free(snap_views);
-        arena_reset(sc->A, mark);
+        glm53_arena_reset(sc->A, mark);
     }
     trace(sc, layer, "kda_core", o);
-    glm53_tensor oh = reshape(o, 2, N * Hk, dk, 0), gzh = reshape(gz, 2, N * Hk, dk, 0);
+    glm53_tensor oh = glm53_tensor_reshape(o, 2, N * Hk, dk, 0), gzh = glm53_tensor_reshape(gz, 2, N * Hk, dk, 0);
     OP(be->rmsnorm_gated(be, &oh, &oh, &gzh, &w->o_norm, c->rms_norm_eps));
     trace(sc, layer, "kda_normed", o);
-    glm53_tensor o2 = reshape(o, 2, N, C, 0);
+    glm53_tensor o2 = glm53_tensor_reshape(o, 2, N, C, 0);
     OP(be->matmul(be, y, &o2, &w->o_proj));
 }
 
@@ -648,7 +597,7 @@ static void dsa_layer(step_ctx *sc, const layer_weights *L, int layer, const glm
     glm53_tensor *qa = NEW(sc->act, 2, N, Dq, 0), *q = NEW(sc->act, 3, N, Hm, dn), *lat = NEW(sc->act, 2, N, R, 0);
     OP(be->matmul(be, qa, xn, &w->q_a));
     OP(be->rmsnorm(be, qa, qa, &w->q_a_norm, c->rms_norm_eps));
-    glm53_tensor q2 = reshape(q, 2, N, Hm * dn, 0);
+    glm53_tensor q2 = glm53_tensor_reshape(q, 2, N, Hm * dn, 0);
     OP(be->matmul(be, &q2, qa, &w->q_b));
     OP(be->matmul(be, lat, xn, &w->kv_a));
     OP(be->rmsnorm(be, lat, lat, &w->kv_a_norm, c->rms_norm_eps));
@@ -663,7 +612,7 @@ static void dsa_layer(step_ctx *sc, const layer_weights *L, int layer, const glm
         OP(be->layernorm(be, kap, kap, &w->k_norm_w, &w->k_norm_b, 1e-6f));
         OP(be->matmul(be, sig, xn, &w->compress_gate));
         if (sc->st == GLM53_OK) {
-            glm53_tensor Qi2 = reshape(Qi, 2, N, Hi * dI, 0);
+            glm53_tensor Qi2 = glm53_tensor_reshape(Qi, 2, N, Hi * dI, 0);
             OP(be->matmul(be, &Qi2, qa, &w->wq_b));
         }
         OP(be->matmul(be, wi, xn, &w->weights_proj));
@@ -685,7 +634,7 @@ static void dsa_layer(step_ctx *sc, const layer_weights *L, int layer, const glm
         glm53_tensor dst = rows(&lc->latent, pos0, T), src = rows(lat, s->row0, T);
         OP(be->copy(be, &dst, &src));
         if (w->has_indexer) {
-            int64_t mark = arena_mark(sc->A);
+            int64_t mark = glm53_arena_mark(sc->A);
             glm53_tensor kd = rows(&lc->kappa, pos0, T), ks = rows(kap, s->row0, T);
             glm53_tensor sd = rows(&lc->sigma, pos0, T), ss = rows(sig, s->row0, T);
             OP(be->copy(be, &kd, &ks));
@@ -722,7 +671,7 @@ static void dsa_layer(step_ctx *sc, const layer_weights *L, int layer, const glm
             }
             OP(be->kpool_select(be, s->idx, scores, pos, (int32_t)P, (int32_t)n_select, with_tail));
             if (G1 > n_select) trace(sc, layer, "dsa_scores", scores);
-            arena_reset(sc->A, mark);
+            glm53_arena_reset(sc->A, mark);
         } else if (!s->idx) {
             sc->st = GLM53_FAIL(GLM53_ERR_FORMAT, "layer %d shares an indexer but no full indexer ran before it",
                                 layer);
@@ -732,7 +681,7 @@ static void dsa_layer(step_ctx *sc, const layer_weights *L, int layer, const glm
         OP(be->sparse_mla(be, &orow, &qr, &lc->latent, s->idx, &w->kv_b, 1.0f / sqrtf((float)dn)));
     }
     trace(sc, layer, "dsa_o", o);
-    glm53_tensor o2 = reshape(o, 2, N, Hm * dvm, 0);
+    glm53_tensor o2 = glm53_tensor_reshape(o, 2, N, Hm * dvm, 0);
     OP(be->matmul(be, y, &o2, &w->o_proj));
 }
 
@@ -908,7 +857,7 @@ static glm53_status run_step(step_ctx *sc, const glm53_batch *b, glm53_step_outp
     for (int l = 0; l < c->num_hidden_layers && sc->st == GLM53_OK; l++) {
         const layer_weights *L = &m->layers[l];
         const float eps = c->rms_norm_eps, hc_eps = c->hc_eps;
-        int64_t mark = arena_mark(sc->A);
+        int64_t mark = glm53_arena_mark(sc->A);
         glm53_tensor *tmp;
         sc->layer = l;
 
@@ -925,9 +874,9 @@ static glm53_status run_step(step_ctx *sc, const glm53_batch *b, glm53_step_outp
         OP(be->mhc_post(be, H2, y, H, post, comb));
         tmp = H; H = H2; H2 = tmp;
         trace(sc, l, "attn_H", H);
-        arena_reset(sc->A, mark);
+        glm53_arena_reset(sc->A, mark);
 
-        int64_t mark_ffn = arena_mark(sc->A);
+        int64_t mark_ffn = glm53_arena_mark(sc->A);
         OP(be->mhc_pre(be, x, post, comb, H, &L->hc_ffn.fn, &L->hc_ffn.base, &L->hc_ffn.scale, eps, hc_eps,
                        c->hc_sinkhorn_iters));
         OP(be->rmsnorm(be, xn, x, &L->post_attn_norm, eps));
@@ -938,19 +887,19 @@ static glm53_status run_step(step_ctx *sc, const glm53_batch *b, glm53_step_outp
         OP(be->mhc_post(be, H2, y, H, post, comb));
         tmp = H; H = H2; H2 = tmp;
         trace(sc, l, "ffn_H", H);
-        arena_reset(sc->A, mark_ffn);
+        glm53_arena_reset(sc->A, mark_ffn);
     }
     if (sc->st != GLM53_OK) return sc->st;
 
     /* Outputs: the final collapse, norm and head for the requested rows only. */
     if (n_out > 0 && (out->logits || out->hidden)) {
         glm53_tensor *want_t = output_rows(sc, b, n_out);
-        glm53_tensor Hflat = reshape(H, 2, N, S * D, 0);
+        glm53_tensor Hflat = glm53_tensor_reshape(H, 2, N, S * D, 0);
         glm53_tensor *Ho = NEW(sc->act, 2, n_out, S * D, 0), *hm = NEW(sc->act, 2, n_out, D, 0);
         glm53_tensor *h = NEW(sc->act, 2, n_out, D, 0);
         OP(be->gather_rows(be, Ho, &Hflat, want_t));
         if (sc->st == GLM53_OK) {
-            glm53_tensor Ho3 = reshape(Ho, 3, n_out, S, D);
+            glm53_tensor Ho3 = glm53_tensor_reshape(Ho, 3, n_out, S, D);
             OP(be->mhc_mean(be, hm, &Ho3));
         }
         OP(be->rmsnorm(be, h, hm, &m->final_norm, c->rms_norm_eps));
@@ -985,7 +934,7 @@ static glm53_status run_mtp_step(step_ctx *sc, int32_t mtp_layer, const glm53_ba
     OP(be->rmsnorm(be, hn, h, &w->hnorm, eps));
     for (int64_t r = 0; r < N && sc->st == GLM53_OK; r++) {
         glm53_tensor row = rows(cat, r, 1);
-        glm53_tensor left = reshape(&row, 2, 1, D, 0), right = left;
+        glm53_tensor left = glm53_tensor_reshape(&row, 2, 1, D, 0), right = left;
         right.data = (char *)row.data + (size_t)D * glm53_dtype_size((glm53_dtype)sc->act);
         glm53_tensor e_row = rows(en, r, 1), h_row = rows(hn, r, 1);
         OP(be->copy(be, &left, &e_row));
@@ -1027,7 +976,7 @@ static glm53_status step(glm53_model *m, int32_t mtp_layer, const glm53_batch *b
     pthread_mutex_unlock(&m->lock);
     if (busy) return GLM53_FAIL(GLM53_ERR_INVALID_ARG, "model_step: another step of this model is running");
 
-    arena A = {.be = m->be};
+    glm53_arena A = {.be = m->be};
     seq_slice *slices = calloc((size_t)b->n_seqs, sizeof *slices);
     step_ctx sc = {m, m->be, &A, slices, b->n_seqs, N, m->be->act_dtype, GLM53_OK, 0};
     glm53_status st;
@@ -1055,8 +1004,7 @@ static glm53_status step(glm53_model *m, int32_t mtp_layer, const glm53_batch *b
             out->n_out = (int32_t)n_out;
         }
     }
-    arena_reset(&A, 0);
-    free(A.items);
+    glm53_arena_free(&A);
     for (int32_t i = 0; slices && i < b->n_seqs; i++)
         if (slices[i].idx) {
             if (slices[i].idx->data) m->be->release(m->be, slices[i].idx);

@@ -77,6 +77,17 @@ glm53_tensor glm53_tensor_rows_view(const glm53_tensor *t, int64_t row0, int64_t
     return v;
 }
 
+glm53_tensor glm53_tensor_reshape(const glm53_tensor *t, int ndim, int64_t d0, int64_t d1, int64_t d2) {
+    glm53_tensor v = *t;
+    v.ndim = ndim;
+    for (int i = 0; i < GLM53_MAX_DIMS; i++) v.shape[i] = 0;
+    v.shape[0] = d0;
+    v.shape[1] = d1;
+    v.shape[2] = d2;
+    glm53_tensor_set_contiguous(&v);
+    return v;
+}
+
 /* ------------------------------------------------------------------------------------------------------------
  * Number formats
  */

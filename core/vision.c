@@ -22,6 +22,8 @@
  */
 #include "vision.h"
 
+#include "arena.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -272,62 +274,15 @@ glm53_status glm53_vision_load(glm53_model *m) {
  */
 typedef struct {
     glm53_backend *be;
-    glm53_tensor **items;
-    int64_t        n, cap;
+    glm53_arena    arena;
     glm53_status   st;
 } scratch;
 
-static glm53_tensor *scratch_new(scratch *s, int32_t dtype, int ndim, int64_t d0, int64_t d1, int64_t d2) {
-    if (s->st != GLM53_OK) return NULL;
-    if (s->n == s->cap) {
-        int64_t cap = s->cap ? 2 * s->cap : 64;
-        glm53_tensor **grown = realloc(s->items, (size_t)cap * sizeof *grown);
-        if (!grown) {
-            s->st = GLM53_FAIL(GLM53_ERR_OUT_OF_MEMORY, "vision: no memory for scratch");
-            return NULL;
-        }
-        s->items = grown;
-        s->cap = cap;
-    }
-    glm53_tensor *t = calloc(1, sizeof *t);
-    if (!t) {
-        s->st = GLM53_FAIL(GLM53_ERR_OUT_OF_MEMORY, "vision: no memory for scratch");
-        return NULL;
-    }
-    *t = (glm53_tensor){.dtype = dtype, .device = s->be->device, .ndim = ndim, .shape = {d0, d1, d2}};
-    s->st = s->be->alloc(s->be, t);
-    if (s->st != GLM53_OK) {
-        free(t);
-        return NULL;
-    }
-    s->items[s->n++] = t;
-    return t;
-}
-
-static void scratch_reset(scratch *s) {
-    while (s->n > 0) {
-        glm53_tensor *t = s->items[--s->n];
-        s->be->release(s->be, t);
-        free(t);
-    }
-}
-
-#define NEW(dtype, ndim, d0, d1, d2) scratch_new(S, (dtype), (ndim), (d0), (d1), (d2))
+#define NEW(dtype, ndim, d0, d1, d2) glm53_arena_new(&S->arena, &S->st, (dtype), (ndim), (d0), (d1), (d2))
 #define OP(call)                             \
     do {                                     \
         if (S->st == GLM53_OK) S->st = (call); \
     } while (0)
-
-static glm53_tensor view(const glm53_tensor *t, int ndim, int64_t d0, int64_t d1, int64_t d2) {
-    glm53_tensor v = *t;
-    v.ndim = ndim;
-    v.shape[0] = d0;
-    v.shape[1] = d1;
-    v.shape[2] = d2;
-    for (int i = 3; i < GLM53_MAX_DIMS; i++) v.shape[i] = 0;
-    glm53_tensor_set_contiguous(&v);
-    return v;
-}
 
 /* y = x * w^T (+ b when b has data). */
 static void linear(scratch *S, glm53_tensor *y, const glm53_tensor *x, const glm53_tensor *w, const glm53_tensor *b) {
@@ -361,8 +316,9 @@ static glm53_status encode_chunk(glm53_model *m, scratch *S, const float *x_host
     if (S->st != GLM53_OK) return S->st;
     linear(S, h, x, &v->patch_w, &v->patch_b);
 
-    glm53_tensor q2 = view(q, 2, N, Dv, 0), k2 = view(k, 2, N, Dv, 0), v2 = view(vv, 2, N, Dv, 0);
-    glm53_tensor qh = view(q, 2, N * H, hd, 0), kh = view(k, 2, N * H, hd, 0), o2 = view(o, 2, N, Dv, 0);
+    glm53_tensor q2 = glm53_tensor_reshape(q, 2, N, Dv, 0), k2 = glm53_tensor_reshape(k, 2, N, Dv, 0);
+    glm53_tensor v2 = glm53_tensor_reshape(vv, 2, N, Dv, 0), o2 = glm53_tensor_reshape(o, 2, N, Dv, 0);
+    glm53_tensor qh = glm53_tensor_reshape(q, 2, N * H, hd, 0), kh = glm53_tensor_reshape(k, 2, N * H, hd, 0);
     for (int b = 0; b < c->depth && S->st == GLM53_OK; b++) {
         const vision_block *B = &v->blocks[b];
         OP(be->rmsnorm(be, hn, h, &B->norm1, eps));
@@ -386,7 +342,7 @@ static glm53_status encode_chunk(glm53_model *m, scratch *S, const float *x_host
     OP(be->rmsnorm(be, h, h, &v->post_norm, eps));
 
     /* Merge: four consecutive rows (one 2x2 block) side by side, then the reordered Conv2d kernel. */
-    glm53_tensor blocks = view(h, 2, Nm, ms2 * Dv, 0);
+    glm53_tensor blocks = glm53_tensor_reshape(h, 2, Nm, ms2 * Dv, 0);
     glm53_tensor *z = NEW(act, 2, Nm, Do, 0), *zp = NEW(act, 2, Nm, Do, 0);
     glm53_tensor *mg = NEW(act, 2, Nm, Pi, 0), *mu = NEW(act, 2, Nm, Pi, 0), *mgu = NEW(act, 2, Nm, Pi, 0);
     glm53_tensor *e32 = NEW(GLM53_F32, 2, Nm, Do, 0);
@@ -467,7 +423,7 @@ glm53_status glm53_model_encode_vision(glm53_model *m, const float *pixels, int6
         }
     }
     /* Chunks of whole segments. */
-    scratch S = {.be = m->be};
+    scratch S = {.be = m->be, .arena = {.be = m->be}};
     int64_t seg0 = 0, row0 = 0;
     while (st == GLM53_OK && seg0 < n_seg) {
         int64_t seg1 = seg0, n = 0;
@@ -479,12 +435,12 @@ glm53_status glm53_model_encode_vision(glm53_model *m, const float *pixels, int6
         }
         st = encode_chunk(m, &S, pixels + row0 * K, n, cu, seg1 - seg0, pos + 2 * row0,
                           embeddings + row0 / (ms * ms) * Do);
-        scratch_reset(&S);
+        glm53_arena_reset(&S.arena, 0);
         S.st = GLM53_OK;
         row0 += n;
         seg0 = seg1;
     }
-    free(S.items);
+    glm53_arena_free(&S.arena);
     free(seg_len);
     free(cu);
     free(pos);

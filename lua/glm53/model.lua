@@ -217,10 +217,10 @@ function Batch:hidden(i)
     return self.hidden_buf and self.hidden_buf + i * self.model.hidden_size or nil
 end
 
--- Runs one step over the batch. Returns true, or nil and an error (nothing changed on error).
-function Model:step(batch)
-    if getmetatable(batch) ~= Batch or batch.model ~= self then error("model:step: not a batch of this model", 2) end
-    if batch.n_seqs == 0 then error("model:step: empty batch", 2) end
+-- Points the batch's C structs at its buffers, after checking it belongs to this model (`what` names the caller).
+local function prepare(self, batch, what)
+    if getmetatable(batch) ~= Batch or batch.model ~= self then error(what .. ": not a batch of this model", 3) end
+    if batch.n_seqs == 0 then error(what .. ": empty batch", 3) end
     local c, out = batch.c, batch.out
     c.n_seqs = batch.n_seqs
     c.seqs = batch.seq_ptrs
@@ -230,6 +230,12 @@ function Model:step(batch)
     out.logits = batch.logits_buf
     out.hidden = batch.hidden_buf
     out.capacity = batch.cap_out
+    return c, out
+end
+
+-- Runs one step over the batch. Returns true, or nil and an error (nothing changed on error).
+function Model:step(batch)
+    local c, out = prepare(self, batch, "model:step")
     return core.check(C.glm53_model_step(model_handle(self), c, out))
 end
 
@@ -242,19 +248,9 @@ function Model:n_mtp() return tonumber(C.glm53_model_n_mtp(model_handle(self))) 
 -- output hidden for the next chained step. Returns true, or nil and an error (GLM53_ERR_UNSUPPORTED on a
 -- checkpoint without MTP layers).
 function Model:mtp_step(batch, layer, hidden_in)
-    if getmetatable(batch) ~= Batch or batch.model ~= self then error("model:mtp_step: not a batch of this model", 2) end
-    if batch.n_seqs == 0 then error("model:mtp_step: empty batch", 2) end
     if type(layer) ~= "number" then error("model:mtp_step: layer must be a number", 2) end
     if hidden_in == nil then error("model:mtp_step: hidden_in is required", 2) end
-    local c, out = batch.c, batch.out
-    c.n_seqs = batch.n_seqs
-    c.seqs = batch.seq_ptrs
-    c.n_rows = batch.n_rows
-    c.tokens = batch.tokens
-    c.want_output = batch.want
-    out.logits = batch.logits_buf
-    out.hidden = batch.hidden_buf
-    out.capacity = batch.cap_out
+    local c, out = prepare(self, batch, "model:mtp_step")
     return core.check(C.glm53_model_mtp_step(model_handle(self), layer, c, hidden_in, out))
 end
 
