@@ -5,7 +5,7 @@
  * rest as one (GIF) input, or a video of two frames (the rest split in half). Limits are small so that a claimed
  * size turns into a fast error rather than a slow decode. On success the outputs must be consistent (grid and
  * row count agree, every value finite and inside the range normalisation can produce); a violation traps.
- * Built and run by tests/fuzz/run_image.sh.
+ * Built and run by tests/fuzz/run.sh (target "image").
  */
 #include "internal.h"
 

@@ -1,11 +1,18 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (clang, ASan + UBSan) and fuzzes them side by side for N seconds each
-# (default 60), starting from the committed seeds (tests/fuzz/seeds, written by gen_seeds.py) plus whatever
-# earlier runs kept in tests/fuzz/corpus-run. Exits non-zero on any crash, sanitizer report, leak or timeout;
-# the input that caused it is saved as tests/fuzz/crash-* (or leak-*, timeout-*).
-# Usage: tests/fuzz/run.sh [seconds]
+# (default 60), starting from the committed seeds (tests/fuzz/seeds/<target>) plus whatever earlier runs kept in
+# tests/fuzz/corpus-run/<target>. Exits non-zero on any crash, sanitizer report, leak or timeout; the input that
+# caused it is saved as tests/fuzz/crash-* (or leak-*, timeout-*).
+#   safetensors  the safetensors header parser on raw bytes (tests/fuzz/fuzz_safetensors.c)
+#   config       config.json parsing (tests/fuzz/fuzz_config.c)
+#   image        image/video decode + preprocessing (tests/fuzz/fuzz_image.c; each seed starts with two control
+#                bytes, mode and knob, that the target reads before the file)
+# Usage: tests/fuzz/run.sh [seconds] [target ...]      (default: all three)
 set -euo pipefail
 seconds=${1:-60}
+shift || true
+targets=("$@")
+[ ${#targets[@]} -gt 0 ] || targets=(safetensors config image)
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 build=build-fuzz
@@ -13,12 +20,19 @@ mkdir -p "$build"
 cc=${CC_FUZZ:-clang}
 flags=(-std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
        -fno-omit-frame-pointer -Wall -Wextra -Wno-unused-parameter -Icore -Ikernels)
-sources=(core/error.c core/tensor.c core/safetensors.c core/config.c)
 libs=($(pkg-config --libs libcjson) -lm -lpthread)
 
-targets=(safetensors config)
+sources_for() {
+  case $1 in
+    safetensors|config) echo core/error.c core/tensor.c core/safetensors.c core/config.c ;;
+    image) echo core/error.c core/image.c ;;
+    *) echo "unknown fuzz target '$1'" >&2; exit 2 ;;
+  esac
+}
+max_len_for() { [ "$1" = image ] && echo 65536 || echo 16384; }
+
 for t in "${targets[@]}"; do
-  "$cc" "${flags[@]}" "${sources[@]}" "tests/fuzz/fuzz_$t.c" "${libs[@]}" -o "$build/fuzz_$t"
+  "$cc" "${flags[@]}" $(sources_for "$t") "tests/fuzz/fuzz_$t.c" "${libs[@]}" -o "$build/fuzz_$t"
 done
 
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
@@ -28,7 +42,7 @@ for t in "${targets[@]}"; do
   corpus=tests/fuzz/corpus-run/$t
   mkdir -p "$corpus"
   "$build/fuzz_$t" "$corpus" "tests/fuzz/seeds/$t" -dict="tests/fuzz/$t.dict" \
-    -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=16384 -print_final_stats=1 \
+    -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len="$(max_len_for "$t")" -print_final_stats=1 \
     -artifact_prefix=tests/fuzz/ >"$build/fuzz_$t.log" 2>&1 &
   pids+=($!)
 done
