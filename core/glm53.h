@@ -10,7 +10,7 @@
  *     mp.device = GLM53_DEVICE_CPU;                 // or GLM53_DEVICE_CUDA
  *     glm53_model *model;
  *     if (glm53_model_load("models/tiny", &mp, &model) != GLM53_OK) {
- *         fprintf(stderr, "%s\n", glm53_last_error());   // e.g. "loader.c:211: model.safetensors: ..."
+ *         fprintf(stderr, "%s\n", glm53_last_error());   // e.g. "safetensors.c:96: model.safetensors: ..."
  *         return 1;
  *     }
  *     const glm53_model_config *cfg = glm53_model_config_get(model);
