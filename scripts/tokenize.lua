@@ -17,6 +17,7 @@ local here = arg[0]:match("^(.*)/scripts/[^/]*$") or "."
 package.path = here .. "/lua/?.lua;" .. here .. "/lua/?/init.lua;" .. package.path
 
 local cjson = require("cjson")
+local base64 = require("glm53.base64")
 local tokenizer = require("glm53.tokenizer")
 
 local function fail(msg)
@@ -51,21 +52,10 @@ local function read(path)
     return s
 end
 
-local b64 = {}
-for k, c in ("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"):gmatch("()(.)") do b64[c] = k - 1 end
 local function b64decode(s)
-    s = s:gsub("[=%s]", "")
-    local out, acc, bits = {}, 0, 0
-    for c in s:gmatch(".") do
-        local v = b64[c]
-        if not v then fail("bad base64 in input") end
-        acc, bits = (acc % 262144) * 64 + v, bits + 6
-        if bits >= 8 then
-            bits = bits - 8
-            out[#out + 1] = string.char(math.floor(acc / 2 ^ bits) % 256)
-        end
-    end
-    return table.concat(out)
+    local bytes, err = base64.decode(s)
+    if not bytes then fail("bad base64 in input: " .. err) end
+    return bytes
 end
 
 local ok, input = pcall(cjson.decode, read(opts.input))

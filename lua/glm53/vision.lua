@@ -24,6 +24,7 @@ videos also fps (source frame rate: required for frame lists, a GIF's own by def
 max_frames (2048). Argument errors raise; runtime failures (unreadable file, corrupt image, model without a
 vision tower) return nil, err.
 ]]
+local base64 = require("glm53.base64")
 local core = require("glm53.core")
 local ffi, C = core.ffi, core.C
 
@@ -35,42 +36,8 @@ M.IMAGE_TOKEN, M.VIDEO_TOKEN = "<|image|>", "<|video|>"
 ---------------------------------------------------------------------------------------------------------------
 -- Sources
 ---------------------------------------------------------------------------------------------------------------
-local b64_value = {}
-do
-    local alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
-    for i = 1, 64 do b64_value[alphabet:byte(i)] = i - 1 end
-    b64_value[("-"):byte()] = 62   -- URL-safe alphabet
-    b64_value[("_"):byte()] = 63
-end
-
--- Standard or URL-safe base64 (whitespace ignored, padding optional) -> bytes, or nil, err.
-function M.base64_decode(s)
-    if type(s) ~= "string" then error("vision.base64_decode: expected a string", 2) end
-    local n = #s
-    local out = ffi.new("uint8_t[?]", math.floor(n * 3 / 4) + 3)
-    local src = ffi.cast("const uint8_t *", s)
-    local acc, bits, k, pad = 0, 0, 0, false
-    for i = 0, n - 1 do
-        local c = src[i]
-        if c == 61 then         -- '='
-            pad = true
-        elseif c == 32 or c == 10 or c == 13 or c == 9 then   -- whitespace
-        else
-            local v = b64_value[c]
-            if v == nil or pad then return nil, "invalid base64 at byte " .. (i + 1) end
-            acc = acc * 64 + v
-            bits = bits + 6
-            if bits >= 8 then
-                bits = bits - 8
-                local b = math.floor(acc / 2 ^ bits)
-                out[k] = b
-                k = k + 1
-                acc = acc - b * 2 ^ bits
-            end
-        end
-    end
-    return ffi.string(out, k)
-end
+-- Standard or URL-safe base64 -> bytes, or nil, err (glm53.base64).
+M.base64_decode = base64.decode
 
 local function read_file(path)
     local f, err = io.open(path, "rb")

@@ -40,19 +40,7 @@ local function command_output(cmd)
     return s
 end
 
-local B64 = {}
-for k, c in ("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"):gmatch("()(.)") do B64[c] = k - 1 end
-local function b64decode(s)
-    local out, acc, bits = {}, 0, 0
-    for c in s:gsub("=", ""):gmatch(".") do
-        acc, bits = (acc % 262144) * 64 + B64[c], bits + 6
-        if bits >= 8 then
-            bits = bits - 8
-            out[#out + 1] = string.char(math.floor(acc / 2 ^ bits) % 256)
-        end
-    end
-    return table.concat(out)
-end
+local b64decode = require("glm53.base64").decode
 
 -- The corpus as raw bytes, and as the text HF is given (invalid UTF-8 repaired).
 local CORPUS_PATH = "tests/tokenizer/corpus.json"
