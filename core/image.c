@@ -652,31 +652,31 @@ static glm53_status check_out(const char *what, float *pixels, int64_t capacity,
 /* ------------------------------------------------------------------------------------------------------------
  * Images
  */
-glm53_status glm53_image_grid(const void *data, size_t len, const glm53_image_params *params, int32_t grid_thw[3]) {
-    if (!params || !grid_thw) return GLM53_FAIL(GLM53_ERR_INVALID_ARG, "image_grid: params and grid_thw are required");
+/* The layout and grid of a still image from its header alone (no pixel decoding). */
+static glm53_status plan_image(const void *data, size_t len, const glm53_image_params *params, layout *L,
+                               int32_t grid_thw[3]) {
     GLM53_TRY(check_params(params));
     image_format fmt;
     int w, h;
     int64_t frames;
     GLM53_TRY(probe(data, len, params->max_pixels, &fmt, &w, &h, &frames));
-    layout L;
-    GLM53_TRY(plan_layout(params->temporal_patch_size, h, w, params, &L));
-    grid_of(&L, 1, params, grid_thw);
+    GLM53_TRY(plan_layout(params->temporal_patch_size, h, w, params, L));
+    grid_of(L, 1, params, grid_thw);
     return GLM53_OK;
+}
+
+glm53_status glm53_image_grid(const void *data, size_t len, const glm53_image_params *params, int32_t grid_thw[3]) {
+    if (!params || !grid_thw) return GLM53_FAIL(GLM53_ERR_INVALID_ARG, "image_grid: params and grid_thw are required");
+    layout L;
+    return plan_image(data, len, params, &L, grid_thw);
 }
 
 glm53_status glm53_image_preprocess(const void *data, size_t len, const glm53_image_params *params, float *pixels,
                                     int64_t capacity, int32_t grid_thw[3], int64_t *n_patches) {
     if (!params || !grid_thw || !n_patches)
         return GLM53_FAIL(GLM53_ERR_INVALID_ARG, "image_preprocess: params, grid_thw and n_patches are required");
-    GLM53_TRY(check_params(params));
-    image_format fmt;
-    int w, h;
-    int64_t frames;
-    GLM53_TRY(probe(data, len, params->max_pixels, &fmt, &w, &h, &frames));
     layout L;
-    GLM53_TRY(plan_layout(params->temporal_patch_size, h, w, params, &L));
-    grid_of(&L, 1, params, grid_thw);
+    GLM53_TRY(plan_image(data, len, params, &L, grid_thw));
     *n_patches = (int64_t)grid_thw[1] * grid_thw[2];
     if (!pixels) return GLM53_OK;
     GLM53_TRY(check_out("image_preprocess", pixels, capacity, *n_patches));
