@@ -297,7 +297,11 @@ static glm53_status encode_chunk(glm53_model *m, scratch *S, const float *x_host
     const glm53_vision *v = m->vision;
     const glm53_vision_config *c = &m->config.vision;
     glm53_backend *be = S->be;
-    const int act = be->act_dtype;
+    /* F32 activations on every backend, also where the text model runs in BF16 (CUDA): the tower runs once per
+     * image and costs little next to the text model, while its rows feed every later position. In BF16 its
+     * output is ~1e-2 from float64 (measured on the H200), enough to carry image prompts' logits past the CUDA
+     * tolerance; in F32 it is ~1e-6 (docs/vision.md). */
+    const int act = GLM53_F32;
     const int64_t Dv = c->hidden_size, H = c->num_heads, hd = Dv / H, I = c->intermediate_size;
     const int64_t Do = c->out_hidden_size, Pi = c->projection_intermediate_size, K = v->patch_w.shape[1];
     const int64_t ms2 = (int64_t)c->spatial_merge_size * c->spatial_merge_size, Nm = N / ms2;
