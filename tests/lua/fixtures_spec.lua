@@ -28,25 +28,6 @@ local function run(m, ids, T, step)
     return out
 end
 
--- max|got - ref| / max|ref| and the number of rows whose argmax differs.
-local function compare(got, ref, T, V)
-    local maxd, maxr, flips = 0, 0, 0
-    for t = 0, T - 1 do
-        local best_got, best_ref = 0, 0
-        for v = 0, V - 1 do
-            local i = t * V + v
-            local d = math.abs(got[i] - ref[i])
-            if d ~= d then d = math.huge end
-            if d > maxd then maxd = d end
-            if math.abs(ref[i]) > maxr then maxr = math.abs(ref[i]) end
-            if got[i] > got[t * V + best_got] then best_got = v end
-            if ref[i] > ref[t * V + best_ref] then best_ref = v end
-        end
-        if best_got ~= best_ref then flips = flips + 1 end
-    end
-    return maxd / maxr, flips
-end
-
 local list = fixtures.list()
 
 describe("fixtures", function()
@@ -72,7 +53,7 @@ for _, fx in ipairs(list) do
         for _, mode in ipairs({ { "prefill", nil }, { "decode", 1 }, { "chunked", 7 } }) do
             it(mode[1] .. " matches the float64 reference", function()
                 local got = run(m, ids, T, mode[2] or T)
-                local err, flips = compare(got, ref.data, T, m.vocab_size)
+                local err, flips = fixtures.compare(got, ref.data, T, m.vocab_size)
                 print(string.format("  %-5s %-4s %-22s %-8s rel err %.2e, argmax agreement %d/%d", device.name,
                                     device.activations, fx.name, mode[1], err, T - flips, T))
                 assert.is_true(err <= device.reference,
@@ -98,7 +79,7 @@ describe("scripts/logits.lua", function()
         local ref = assert(npy.read(fx.dir .. "/logits.npy"))
         assert.are.equal("<f4", got.dtype)
         assert.are.same(ref.shape, got.shape)
-        local err = compare(got.data, ref.data, ref.shape[1], ref.shape[2])
+        local err = fixtures.compare(got.data, ref.data, ref.shape[1], ref.shape[2])
         assert.is_true(err <= device.reference)
     end)
 end)

@@ -5,21 +5,9 @@
 -- single runs (which round differently) can only differ by rounding, not by a flipped choice.
 local ffi = require("ffi")
 local npy = require("glm53.npy")
-local json = require("glm53.json")
 local model = require("glm53.model")
 local fixtures = require("fixtures")
 local device = require("device")
-
-local function rel_err(a, b, n)
-    local maxd, maxr = 0, 0
-    for i = 0, n - 1 do
-        local d = math.abs(a[i] - b[i])
-        if d ~= d then return math.huge end
-        if d > maxd then maxd = d end
-        if math.abs(b[i]) > maxr then maxr = math.abs(b[i]) end
-    end
-    return maxr > 0 and maxd / maxr or maxd
-end
 
 -- Logits of every row when `tokens` (Lua array) is run as one prefill on a fresh sequence.
 local function fresh_logits(m, tokens)
@@ -45,13 +33,6 @@ local function concat(a, b)
     return s
 end
 
-local function read_json(path)
-    local f = assert(io.open(path, "rb"))
-    local text = f:read("*a")
-    f:close()
-    return assert(json.decode(text))
-end
-
 for _, fx in ipairs(fixtures.list()) do
     describe("caches (" .. device.name .. ") on " .. fx.name, function()
         local m, tokens, cache
@@ -60,7 +41,7 @@ for _, fx in ipairs(fixtures.list()) do
             local arr = assert(npy.read(fx.dir .. "/tokens.npy"))
             tokens = {}
             for i = 0, arr.n - 1 do tokens[#tokens + 1] = arr.data[i] end
-            cache = read_json(fx.dir .. "/cache_tokens.json")
+            cache = assert(fixtures.read_json(fx.dir .. "/cache_tokens.json"), "no cache_tokens.json")
         end)
         teardown(function() m:free() end)
 
@@ -77,7 +58,7 @@ for _, fx in ipairs(fixtures.list()) do
             for i, toks in ipairs(cache.batch) do
                 local len = #toks - 1
                 local alone = fresh_logits(m, slice(toks, 1, len))
-                assert.is_true(rel_err(batch:logits(offset), alone, len * V) <= device.same, "sequence " .. i)
+                assert.is_true(fixtures.rel_err(batch:logits(offset), alone, len * V) <= device.same, "sequence " .. i)
                 offset = offset + len
             end
             -- A second, decode-sized step of the same batch (different positions per sequence).
@@ -86,7 +67,7 @@ for _, fx in ipairs(fixtures.list()) do
             assert(m:step(batch))
             for i, toks in ipairs(cache.batch) do
                 local ref = fresh_logits(m, toks)
-                assert.is_true(rel_err(batch:logits(i - 1), ref + (#toks - 1) * V, V) <= device.same,
+                assert.is_true(fixtures.rel_err(batch:logits(i - 1), ref + (#toks - 1) * V, V) <= device.same,
                                "decode of sequence " .. i)
             end
         end)
@@ -106,8 +87,8 @@ for _, fx in ipairs(fixtures.list()) do
             batch:add(fork, b, "all")
             assert(m:step(batch))
             local ref_a, ref_b = fresh_logits(m, concat(prefix, a)), fresh_logits(m, concat(prefix, b))
-            assert.is_true(rel_err(batch:logits(0), ref_a + #prefix * V, #a * V) <= device.same)
-            assert.is_true(rel_err(batch:logits(#a), ref_b + #prefix * V, #b * V) <= device.same)
+            assert.is_true(fixtures.rel_err(batch:logits(0), ref_a + #prefix * V, #a * V) <= device.same)
+            assert.is_true(fixtures.rel_err(batch:logits(#a), ref_b + #prefix * V, #b * V) <= device.same)
         end)
 
         it("truncate then continue equals a fresh run of the shorter prefix plus the new tokens", function()
@@ -125,7 +106,7 @@ for _, fx in ipairs(fixtures.list()) do
                 batch:add(seq, new, "all")
                 assert(m:step(batch))
                 local ref = fresh_logits(m, concat(slice(tokens, 1, keep), new))
-                assert.is_true(rel_err(batch:logits(0), ref + keep * V, #new * V) <= device.same, "keep " .. keep)
+                assert.is_true(fixtures.rel_err(batch:logits(0), ref + keep * V, #new * V) <= device.same, "keep " .. keep)
                 seq:free()
             end
         end)

@@ -15,26 +15,18 @@
 -- Without the fixture folder every test here fails with a message saying how to make it.
 local ffi = require("ffi")
 local npy = require("glm53.npy")
-local json = require("glm53.json")
 local model = require("glm53.model")
 local vision = require("glm53.vision")
 local tokenizer = require("glm53.tokenizer")
 local device = require("device")
+local fixtures = require("fixtures")
 
 local ROOT = os.getenv("GLM53_VISION_FIXTURES") or "tests/fixtures/vision"
 local LEVEL = 1 / (255 * 0.26130258)   -- one uint8 step after normalisation, for the smallest CLIP std
 local HOW = "missing " .. ROOT .. "/index.json: run `python3 tests/fixtures/make_vision_fixtures.py --out DIR` on " ..
             "the GPU machine and copy DIR to " .. ROOT
 
-local function read_json(path)
-    local f = io.open(path, "rb")
-    if not f then return nil end
-    local s = f:read("*a")
-    f:close()
-    return assert(json.decode(s))
-end
-
-local index = read_json(ROOT .. "/index.json")
+local index = fixtures.read_json(ROOT .. "/index.json")
 
 local function opts_of(kwargs)
     return { min_tokens = kwargs.min_image_tokens, max_tokens = kwargs.max_image_tokens }
@@ -63,17 +55,6 @@ local function compare_pixels(got, ref, n)
         if gu[i] ~= ru[i] then bits = bits + 1 end
     end
     return maxd, sum / n, bits
-end
-
-local function rel_err(got, ref, n)
-    local maxd, maxr = 0, 0
-    for i = 0, n - 1 do
-        local d = math.abs(got[i] - ref[i])
-        if d ~= d then d = math.huge end
-        if d > maxd then maxd = d end
-        if math.abs(ref[i]) > maxr then maxr = math.abs(ref[i]) end
-    end
-    return maxd / maxr
 end
 
 describe("vision fixtures", function()
@@ -136,7 +117,7 @@ describe("vision tower and logits against float64 transformers", function()
             local got, n = assert(vision.encode(m, { item }))
             local ref = assert(npy.read(path(c.tower_embeds)))
             assert.are.same({ n, m.hidden_size }, ref.shape)
-            local err = rel_err(got, ref.data, ref.n)
+            local err = fixtures.rel_err(got, ref.data, ref.n)
             print(string.format("  tower %-13s %d tokens, rel err %.2e", name, n, err))
             assert.is_true(err <= device.reference, string.format("relative error %.3e", err))
         end)
@@ -193,16 +174,7 @@ describe("vision tower and logits against float64 transformers", function()
                         pos = pos + n
                     end
                     seq:free()
-                    local err = rel_err(out, ref.data, T * V)
-                    local flips = 0
-                    for t = 0, T - 1 do
-                        local bg, br = 0, 0
-                        for v = 1, V - 1 do
-                            if out[t * V + v] > out[t * V + bg] then bg = v end
-                            if ref.data[t * V + v] > ref.data[t * V + br] then br = v end
-                        end
-                        if bg ~= br then flips = flips + 1 end
-                    end
+                    local err, flips = fixtures.compare(out, ref.data, T, V)
                     print(string.format("  %-11s %-12s T %d, %d media rows, rel err %.2e, argmax flips %d", name,
                           step == 0 and "prefill" or "chunked", T, f.n_media, err, flips))
                     assert.is_true(err <= device.reference, string.format("relative error %.3e", err))
@@ -245,7 +217,7 @@ describe("CLI contracts", function()
         assert.is_true(ok == 0 or ok == true, cmd)
         local got, ref = assert(npy.read(tmp .. ".logits.npy")), assert(npy.read(path(p.logits)))
         assert.are.same(ref.shape, got.shape)
-        local err = rel_err(got.data, ref.data, ref.n)
+        local err = fixtures.rel_err(got.data, ref.data, ref.n)
         assert.is_true(err <= device.reference, string.format("relative error %.3e", err))
         os.remove(tmp .. ".logits.npy")
     end)
