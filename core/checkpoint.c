@@ -215,14 +215,6 @@ static bool has_suffix(const char *s, const char *suffix) {
     return n >= m && memcmp(s + n - m, suffix, m) == 0;
 }
 
-static const char *shape_string(const glm53_tensor *t, char *buf, size_t size) {
-    size_t n = (size_t)snprintf(buf, size, "[");
-    for (int i = 0; i < t->ndim && n < size; i++)
-        n += (size_t)snprintf(buf + n, size - n, i ? ", %lld" : "%lld", (long long)t->shape[i]);
-    if (n < size) snprintf(buf + n, size - n, "]");
-    return buf;
-}
-
 static const char *tensor_file(const glm53_checkpoint *c, int64_t i) { return c->shards[c->tensor_shard[i]].file; }
 
 /* Pairs every F8_E4M3 "<x>.weight" with "<x>.weight_scale_inv"; a scale without an FP8 weight is an error too,
@@ -263,7 +255,8 @@ static glm53_status link_fp8_scales(glm53_checkpoint *c) {
                               "found %s %s",
                               tensor_file(c, i), w->name, (long long)w->shape[0], (long long)w->shape[1], name,
                               (long long)rows, (long long)cols, (long long)br, (long long)bc,
-                              glm53_dtype_name((glm53_dtype)s->dtype), shape_string(s, found, sizeof found));
+                              glm53_dtype_name((glm53_dtype)s->dtype),
+                              glm53_shape_string(s->ndim, s->shape, found, sizeof found));
         }
         w->scale = s;
         w->block_rows = (int32_t)br;

@@ -39,10 +39,10 @@ static bool dtype_from_name(const char *s, glm53_dtype *out) {
     return false;
 }
 
-static const char *shape_string(const glm53_st_entry *e, char *buf, size_t size) {
+const char *glm53_shape_string(int32_t ndim, const int64_t *shape, char *buf, size_t size) {
     size_t n = (size_t)snprintf(buf, size, "[");
-    for (int i = 0; i < e->ndim && n < size; i++)
-        n += (size_t)snprintf(buf + n, size - n, i ? ", %lld" : "%lld", (long long)e->shape[i]);
+    for (int i = 0; i < ndim && n < size; i++)
+        n += (size_t)snprintf(buf + n, size - n, i ? ", %lld" : "%lld", (long long)shape[i]);
     if (n < size) snprintf(buf + n, size - n, "]");
     return buf;
 }
@@ -117,7 +117,8 @@ static glm53_status parse_entry(const cJSON *item, const char *file, uint64_t da
         return GLM53_FAIL(GLM53_ERR_FORMAT,
                           "%s: tensor '%s': shape %s of %s needs %llu x %zu bytes but data_offsets [%llu, %llu] "
                           "hold %llu",
-                          file, name, shape_string(e, shape_buf, sizeof shape_buf), glm53_dtype_name(dt),
+                          file, name, glm53_shape_string(e->ndim, e->shape, shape_buf, sizeof shape_buf),
+                          glm53_dtype_name(dt),
                           (unsigned long long)numel, glm53_dtype_size(dt), (unsigned long long)begin,
                           (unsigned long long)end, (unsigned long long)(end - begin));
     return GLM53_OK;
