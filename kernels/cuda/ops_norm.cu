@@ -14,15 +14,20 @@ enum { NORM_THREADS = 256 };
 /* ------------------------------------------------------------------------------------------------------------
  * Kernels (grid: one block per row of x[M,D])
  */
-/* y = x / sqrt(mean(x^2) + eps) * w (w optional). */
-__global__ void rmsnorm_kernel(act_out y, act_in x, weight_ref w, bool has_w, int64_t D, float eps) {
-    int64_t base = (int64_t)blockIdx.x * D;
+/* sum(x^2) of the row x[base, base + D) in F32, returned to every thread of the block (the CPU uses cpu_dot). */
+static __device__ float row_sum_squares(act_in x, int64_t base, int64_t D) {
     float ss = 0.0f;
     for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
         float v = x[base + i];
         ss += v * v;
     }
-    float inv_rms = 1.0f / sqrtf(cuda_block_sum(ss) / (float)D + eps);
+    return cuda_block_sum(ss);
+}
+
+/* y = x / sqrt(mean(x^2) + eps) * w (w optional). */
+__global__ void rmsnorm_kernel(act_out y, act_in x, weight_ref w, bool has_w, int64_t D, float eps) {
+    int64_t base = (int64_t)blockIdx.x * D;
+    float inv_rms = 1.0f / sqrtf(row_sum_squares(x, base, D) / (float)D + eps);
     for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
         float v = x[base + i] * inv_rms;
         if (has_w) v *= w.at(0, i);
@@ -54,12 +59,7 @@ __global__ void layernorm_kernel(act_out y, act_in x, weight_ref w, bool has_w, 
 /* y = x / sqrt(sum(x^2) + eps) * scale. */
 __global__ void l2norm_kernel(act_out y, act_in x, int64_t D, float eps, float scale) {
     int64_t base = (int64_t)blockIdx.x * D;
-    float ss = 0.0f;
-    for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
-        float v = x[base + i];
-        ss += v * v;
-    }
-    float inv_norm = 1.0f / sqrtf(cuda_block_sum(ss) + eps);
+    float inv_norm = 1.0f / sqrtf(row_sum_squares(x, base, D) + eps);
     for (int64_t i = threadIdx.x; i < D; i += blockDim.x) y.store(base + i, x[base + i] * inv_norm * scale);
 }
 
@@ -78,12 +78,7 @@ __global__ void softmax_kernel(act_out y, act_in x, int64_t D) {
 /* y = w * (x / sqrt(mean(x^2) + eps)) * sigmoid(gate), all F32, one rounding. */
 __global__ void rmsnorm_gated_kernel(act_out y, act_in x, act_in gate, weight_ref w, int64_t D, float eps) {
     int64_t base = (int64_t)blockIdx.x * D;
-    float ss = 0.0f;
-    for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
-        float v = x[base + i];
-        ss += v * v;
-    }
-    float r = 1.0f / sqrtf(cuda_block_sum(ss) / (float)D + eps);
+    float r = 1.0f / sqrtf(row_sum_squares(x, base, D) / (float)D + eps);
     for (int64_t i = threadIdx.x; i < D; i += blockDim.x)
         y.store(base + i, w.at(0, i) * (x[base + i] * r) * cuda_sigmoid(gate[base + i]));
 }
