@@ -290,7 +290,7 @@ static void linear(scratch *S, glm53_tensor *y, const glm53_tensor *x, const glm
     if (b && b->data) OP(S->be->binary(S->be, y, y, b, GLM53_BINARY_ADD));
 }
 
-/* One chunk: rows [0, N) of pixel rows x32 (host), n_seg segments cu[n_seg + 1], positions pos[N, 2]; writes
+/* One chunk: rows [0, N) of pixel rows x_host (F32), n_seg segments cu[n_seg + 1], positions pos[N, 2]; writes
  * N / 4 embedding rows to out (host F32). */
 static glm53_status encode_chunk(glm53_model *m, scratch *S, const float *x_host, int64_t N, const int32_t *cu,
                                  int64_t n_seg, const int32_t *pos_host, float *out) {
@@ -300,17 +300,16 @@ static glm53_status encode_chunk(glm53_model *m, scratch *S, const float *x_host
     /* F32 activations on every backend, also where the text model runs in BF16 (CUDA): the tower runs once per
      * image and costs little next to the text model, while its rows feed every later position. In BF16 its
      * output is ~1e-2 from float64 (measured on the H200), enough to carry image prompts' logits past the CUDA
-     * tolerance; in F32 it is ~1e-6 (docs/vision.md). */
+     * tolerance; in F32 it is ~1e-6 (docs/vision.md). So pixels go up and embeddings come down as they are. */
     const int act = GLM53_F32;
     const int64_t Dv = c->hidden_size, H = c->num_heads, hd = Dv / H, I = c->intermediate_size;
     const int64_t Do = c->out_hidden_size, Pi = c->projection_intermediate_size, K = v->patch_w.shape[1];
     const int64_t ms2 = (int64_t)c->spatial_merge_size * c->spatial_merge_size, Nm = N / ms2;
     const float eps = c->rms_norm_eps, limit = c->swiglu_limit;
 
-    glm53_tensor *x32 = NEW(GLM53_F32, 2, N, K, 0), *x = NEW(act, 2, N, K, 0);
+    glm53_tensor *x = NEW(act, 2, N, K, 0);
     glm53_tensor *pos = NEW(GLM53_I32, 2, N, 2, 0), *cut = NEW(GLM53_I32, 1, n_seg + 1, 0, 0);
-    OP(be->upload(be, x32, x_host));
-    OP(be->copy(be, x, x32));
+    OP(be->upload(be, x, x_host));
     OP(be->upload(be, pos, pos_host));
     OP(be->upload(be, cut, cu));
     glm53_tensor *h = NEW(act, 2, N, Dv, 0), *hn = NEW(act, 2, N, Dv, 0), *o = NEW(act, 3, N, H, hd);
@@ -349,7 +348,6 @@ static glm53_status encode_chunk(glm53_model *m, scratch *S, const float *x_host
     glm53_tensor blocks = glm53_tensor_reshape(h, 2, Nm, ms2 * Dv, 0);
     glm53_tensor *z = NEW(act, 2, Nm, Do, 0), *zp = NEW(act, 2, Nm, Do, 0);
     glm53_tensor *mg = NEW(act, 2, Nm, Pi, 0), *mu = NEW(act, 2, Nm, Pi, 0), *mgu = NEW(act, 2, Nm, Pi, 0);
-    glm53_tensor *e32 = NEW(GLM53_F32, 2, Nm, Do, 0);
     if (S->st != GLM53_OK) return S->st;
     linear(S, z, &blocks, &v->down_w, &v->down_b);
     linear(S, zp, z, &v->merger_proj, NULL);
@@ -359,8 +357,7 @@ static glm53_status encode_chunk(glm53_model *m, scratch *S, const float *x_host
     linear(S, mu, zp, &v->m_up, NULL);
     OP(be->swiglu(be, mgu, mg, mu, limit));
     linear(S, z, mgu, &v->m_down, NULL);
-    OP(be->copy(be, e32, z));
-    OP(be->download(be, out, e32));
+    OP(be->download(be, out, z));
     OP(be->sync(be));
     return S->st;
 }
