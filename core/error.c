@@ -44,3 +44,4 @@ const char *glm53_status_name(glm53_status status) {
 }
 
 const char *glm53_version(void) { return "0.1.0"; }
+int32_t glm53_abi_version(void) { return GLM53_ABI_VERSION; }

@@ -64,6 +64,11 @@
 #define GLM53_API __attribute__((visibility("default")))
 #endif
 
+/* The version of the binary interface below: bumped whenever a struct layout, an enum value or a signature of
+ * the API region changes. The Lua package checks glm53_abi_version() against the version its cdef was generated
+ * from, so a stale libglm53.so is refused at load instead of corrupting memory. */
+#define GLM53_ABI_VERSION 1
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -89,6 +94,7 @@ typedef enum glm53_status {
 GLM53_API const char *glm53_last_error(void);                 /* "" when the thread has no error */
 GLM53_API const char *glm53_status_name(glm53_status status);  /* "GLM53_ERR_FORMAT", ... */
 GLM53_API const char *glm53_version(void);
+GLM53_API int32_t     glm53_abi_version(void);                 /* GLM53_ABI_VERSION of the built library */
 
 /* ------------------------------------------------------------------------------------------------------------
  * Tensors

@@ -15,6 +15,7 @@ typedef enum glm53_status {
 const char *glm53_last_error(void);
 const char *glm53_status_name(glm53_status status);
 const char *glm53_version(void);
+int32_t     glm53_abi_version(void);
 typedef enum glm53_dtype {
     GLM53_F32      = 0,
     GLM53_BF16     = 1,
