@@ -18,7 +18,7 @@
 #ifndef GLM53_BACKEND_H
 #define GLM53_BACKEND_H
 
-#include "../core/internal.h"
+#include "core/base/base.h"
 
 #ifdef __cplusplus
 extern "C" {

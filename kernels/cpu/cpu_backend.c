@@ -4,8 +4,7 @@
  * Memory is plain host memory (64-byte aligned so vector loads of a row start on a cache line); upload and
  * download are memcpy. Activations are F32. The ops themselves live in ops_*.c; this file fills the op table.
  */
-#include "cpu_model_ops.h"
-#include "cpu_vision_ops.h"
+#include "kernels/cpu/cpu_ops.h"
 
 #include <stdlib.h>
 
@@ -54,6 +53,14 @@ const float *cpu_param_f32(const glm53_tensor *p, bool *owned, glm53_status *sta
         for (int64_t i = 0; i < n; i++) buf[i] = glm53_f16_to_f32(((const uint16_t *)p->data)[i]);
     *owned = true;
     return buf;
+}
+
+float *cpu_weight_to_f32(glm53_backend *be, const glm53_tensor *w) {
+    int64_t rows = w->shape[0], cols = w->shape[w->ndim - 1];
+    float *out = malloc((size_t)(rows * cols) * sizeof(float));
+    if (!out) return NULL;
+    for (int64_t r = 0; r < rows; r++) cpu_weight_row_to_f32(w, cpu_impl(be)->fp8_table, r, 0, cols, out + r * cols);
+    return out;
 }
 
 /* ------------------------------------------------------------------------------------------------------------

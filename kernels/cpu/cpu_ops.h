@@ -9,10 +9,11 @@
 #ifndef GLM53_CPU_OPS_H
 #define GLM53_CPU_OPS_H
 
-#include "../backend.h"
-#include "threadpool.h"
+#include "kernels/backend.h"
+#include "kernels/cpu/threadpool.h"
 
 #include <assert.h>
+#include <stdlib.h>
 
 typedef struct cpu_backend {
     glm53_pool *pool;
@@ -124,10 +125,37 @@ CPU_INLINE void cpu_weight_row_to_f32(const glm53_tensor *w, const float *fp8_ta
 /* True for the weight dtypes matmul and gather_rows decode; FP8 scales must be F32 with a block size. */
 bool cpu_weight_supported(const glm53_tensor *w);
 
-/* F32 values of a parameter (norm weight, bias, conv weight) stored as F32 (returned as is), BF16 or F16
- * (converted into a buffer the caller frees when *owned is set). NULL with *status set on another dtype or on
- * allocation failure. */
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Parameters: small 1-D weights (norm weights, biases, gate parameters) read as F32
+ */
+/* F32 values of a parameter stored as F32 (returned as is), BF16 or F16 (converted into a buffer the caller frees
+ * when *owned is set). NULL with *status set on another dtype or on allocation failure. */
 const float *cpu_param_f32(const glm53_tensor *p, bool *owned, glm53_status *status);
+
+/* A host F32 view of a parameter, freed by param_release. */
+typedef struct {
+    const float *v;
+    bool owned;
+} param_f32;
+
+static inline glm53_status param_get(const glm53_tensor *t, param_f32 *p) {
+    glm53_status st;
+    p->v = cpu_param_f32(t, &p->owned, &st);
+    return st;
+}
+
+static inline void param_release(param_f32 *p) {
+    if (p->owned) free((void *)p->v);
+    p->v = NULL;
+    p->owned = false;
+}
+
+/* A whole 2-D weight decoded to F32 [rows, cols] (malloc'd; NULL when out of memory), for the small matrices the
+ * model ops read whole (the mHC fn). */
+float *cpu_weight_to_f32(glm53_backend *be, const glm53_tensor *w);
+
+static inline float cpu_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
 /* ------------------------------------------------------------------------------------------------------------
  * Ops (the op table entries; shapes and semantics as in backend.h)
@@ -154,5 +182,46 @@ glm53_status cpu_topk(glm53_backend *be, glm53_tensor *vals, glm53_tensor *idx, 
 glm53_status cpu_gather_rows(glm53_backend *be, glm53_tensor *y, const glm53_tensor *table,
                              const glm53_tensor *ids);
 glm53_status cpu_scatter_rows(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x, const glm53_tensor *ids);
+
+
+/* GLM-5.3 model ops, one file per block: mhc.c, kda.c, kpool_indexer.c, sparse_mla.c, moe.c */
+glm53_status cpu_mhc_expand(glm53_backend *be, glm53_tensor *H, const glm53_tensor *x);
+glm53_status cpu_mhc_pre(glm53_backend *be, glm53_tensor *x, glm53_tensor *post, glm53_tensor *comb,
+                         const glm53_tensor *H, const glm53_tensor *fn, const glm53_tensor *base,
+                         const glm53_tensor *scale, float rms_eps, float hc_eps, int32_t sinkhorn_iters);
+glm53_status cpu_mhc_post(glm53_backend *be, glm53_tensor *H_out, const glm53_tensor *y, const glm53_tensor *H_in,
+                          const glm53_tensor *post, const glm53_tensor *comb);
+glm53_status cpu_mhc_mean(glm53_backend *be, glm53_tensor *y, const glm53_tensor *H);
+
+glm53_status cpu_kda_gate(glm53_backend *be, glm53_tensor *g, const glm53_tensor *f, const glm53_tensor *A_log,
+                          const glm53_tensor *dt_bias, int32_t has_lower_bound, float lower_bound);
+glm53_status cpu_kda_recurrent(glm53_backend *be, glm53_tensor *o, const glm53_tensor *q, const glm53_tensor *k,
+                               const glm53_tensor *v, const glm53_tensor *g, const glm53_tensor *beta,
+                               glm53_tensor *state, glm53_tensor *const *snapshots);
+glm53_status cpu_rmsnorm_gated(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x, const glm53_tensor *gate,
+                               const glm53_tensor *w, float eps);
+
+glm53_status cpu_kpool_compress(glm53_backend *be, glm53_tensor *pooled, const glm53_tensor *kappa,
+                                const glm53_tensor *sigma, const glm53_tensor *ape);
+glm53_status cpu_kpool_score(glm53_backend *be, glm53_tensor *scores, const glm53_tensor *Q, const glm53_tensor *w,
+                             const glm53_tensor *pooled, const glm53_tensor *n_closed, float scale);
+glm53_status cpu_kpool_select(glm53_backend *be, glm53_tensor *idx, const glm53_tensor *scores,
+                              const glm53_tensor *pos, int32_t pool_size, int32_t n_select, int32_t with_tail);
+glm53_status cpu_sparse_mla(glm53_backend *be, glm53_tensor *o, const glm53_tensor *q, const glm53_tensor *latent,
+                            const glm53_tensor *idx, const glm53_tensor *kv_b, float scale);
+
+glm53_status cpu_moe_route(glm53_backend *be, glm53_tensor *ids, glm53_tensor *weights, const glm53_tensor *logits,
+                           const glm53_tensor *bias, int32_t n_group, int32_t topk_group, int32_t norm,
+                           float scaling);
+glm53_status cpu_moe_experts(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x, const glm53_tensor *ids,
+                             const glm53_tensor *weights, const glm53_tensor *const *gate,
+                             const glm53_tensor *const *up, const glm53_tensor *const *down, int32_t n_experts,
+                             float limit);
+
+/* Vision ops (vision.c) */
+glm53_status cpu_rope_2d(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x, const glm53_tensor *pos,
+                         float theta);
+glm53_status cpu_attention_segments(glm53_backend *be, glm53_tensor *o, const glm53_tensor *q, const glm53_tensor *k,
+                                    const glm53_tensor *v, const glm53_tensor *cu_seqlens, float scale);
 
 #endif /* GLM53_CPU_OPS_H */

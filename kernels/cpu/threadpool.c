@@ -6,7 +6,7 @@
  * twice or miss one. Worker i (1..n-1) takes range i of n_active ranges; workers with i >= n_active only
  * report back. The caller takes range 0, then waits until `pending` (workers not yet done) drops to zero.
  */
-#include "threadpool.h"
+#include "kernels/cpu/threadpool.h"
 
 #include <pthread.h>
 #include <stdlib.h>

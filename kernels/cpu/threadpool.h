@@ -9,7 +9,7 @@
 #ifndef GLM53_CPU_THREADPOOL_H
 #define GLM53_CPU_THREADPOOL_H
 
-#include "../../core/internal.h"
+#include "core/base/base.h"
 
 typedef struct glm53_pool glm53_pool;
 

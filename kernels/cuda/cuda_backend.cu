@@ -16,7 +16,7 @@
  * sync and download read it back with the stream synchronisation they do anyway and report it as
  * GLM53_ERR_OUT_OF_RANGE, so checking ids never costs a synchronisation of its own.
  */
-#include "cuda_common.cuh"
+#include "kernels/cuda/cuda_common.cuh"
 
 #include <mutex>
 #include <new>

@@ -5,7 +5,7 @@
 #ifndef GLM53_CUDA_BACKEND_H
 #define GLM53_CUDA_BACKEND_H
 
-#include "../backend.h"
+#include "kernels/backend.h"
 
 #ifdef __cplusplus
 extern "C" {

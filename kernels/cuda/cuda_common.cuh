@@ -17,8 +17,8 @@
 #ifndef GLM53_CUDA_COMMON_CUH
 #define GLM53_CUDA_COMMON_CUH
 
-#include "../backend.h"
-#include "cuda_backend.h"
+#include "kernels/backend.h"
+#include "kernels/cuda/cuda_backend.h"
 
 #include <cublas_v2.h>
 #include <cuda_bf16.h>

@@ -10,7 +10,7 @@
 
 #include "test_util.h"
 
-#include "glm53.h"
+#include "core/glm53.h"
 
 #include <dirent.h>
 #include <stdbool.h>

@@ -16,9 +16,9 @@
  */
 #include "test_util.h"
 
-#include "backend.h"
-#include "cpu/cpu_ops.h"
-#include "cpu/threadpool.h"
+#include "kernels/backend.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/threadpool.h"
 
 #include <stdatomic.h>
 

@@ -13,7 +13,7 @@
  */
 #include "test_util.h"
 
-#include "internal.h"
+#include "core/base/base.h"
 
 #define STB_IMAGE_WRITE_IMPLEMENTATION
 #define STBIW_ASSERT(x) ((void)0)

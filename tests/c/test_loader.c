@@ -7,7 +7,7 @@
  */
 #include "loader_test_util.h"
 
-#include "config.h"
+#include "core/io/config.h"
 
 static int64_t count_equal(const int32_t *v, int n, int32_t value) {
     int64_t k = 0;

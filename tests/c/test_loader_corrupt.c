@@ -6,7 +6,7 @@
  */
 #include "loader_test_util.h"
 
-#include "config.h"
+#include "core/io/config.h"
 
 /* Opens `path`, checking that a failed open leaves *out NULL; frees whatever opened. */
 static glm53_status try_open(const char *path) {

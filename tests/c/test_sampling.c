@@ -4,7 +4,7 @@
  * logits with odd vocabulary sizes; the RNG's known answers and seeding; draws against their distributions;
  * edge cases and bad input.
  */
-#include "glm53.h"
+#include "core/glm53.h"
 #include "test_util.h"
 
 #include <stdbool.h>

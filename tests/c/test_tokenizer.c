@@ -7,7 +7,7 @@
  * Parity with HF on real files is tests/lua/tokenizer_spec.lua.
  */
 #include "test_util.h"
-#include "tokenizer_internal.h"
+#include "core/text/tokenizer_internal.h"
 
 #include <cjson/cJSON.h>
 #include <stdarg.h>

@@ -11,8 +11,8 @@
  */
 #include "test_util.h"
 
-#include "backend.h"
-#include "cpu/cpu_ops.h"
+#include "kernels/backend.h"
+#include "kernels/cpu/cpu_ops.h"
 
 #include <string.h>
 

@@ -17,8 +17,8 @@
  *
  * Usage: test_cuda_ops [--only group[,group...]] [--no-bench] [--list] [--self-test]
  */
-#include "backend.h"
-#include "cuda/cuda_backend.h"
+#include "kernels/backend.h"
+#include "kernels/cuda/cuda_backend.h"
 #include "test_util.h"
 
 #include <cuda_runtime.h>

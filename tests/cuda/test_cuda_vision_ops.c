@@ -14,8 +14,8 @@
  *
  * Usage: test_cuda_vision_ops [--self-test]
  */
-#include "backend.h"
-#include "cuda/cuda_backend.h"
+#include "kernels/backend.h"
+#include "kernels/cuda/cuda_backend.h"
 #include "test_util.h"
 
 #include <stdbool.h>

@@ -5,7 +5,7 @@
  * the parsed config must satisfy what the model graph relies on; a violation traps. Built and run by
  * tests/fuzz/run.sh.
  */
-#include "config.h"
+#include "core/io/config.h"
 
 static void check_config(const glm53_model_config *c) {
     const glm53_text_config *t = &c->text;

@@ -7,7 +7,7 @@
  * row count agree, every value finite and inside the range normalisation can produce); a violation traps.
  * Built and run by tests/fuzz/run.sh (target "image").
  */
-#include "internal.h"
+#include "core/base/base.h"
 
 #include <stdlib.h>
 

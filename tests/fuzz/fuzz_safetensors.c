@@ -6,7 +6,7 @@
  * When it accepts the file, every promise of glm53_st_header is checked here and a broken one traps, so a
  * parser that says OK to a lie is a finding too. Built and run by tests/fuzz/run.sh.
  */
-#include "safetensors.h"
+#include "core/io/safetensors.h"
 
 #include <stdlib.h>
 

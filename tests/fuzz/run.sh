@@ -19,13 +19,13 @@ build=build-fuzz
 mkdir -p "$build"
 cc=${CC_FUZZ:-clang}
 flags=(-std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
-       -fno-omit-frame-pointer -Wall -Wextra -Wno-unused-parameter -Icore -Ikernels)
+       -fno-omit-frame-pointer -Wall -Wextra -Wno-unused-parameter -I. -Icore)
 libs=($(pkg-config --libs libcjson) -lm -lpthread)
 
 sources_for() {
   case $1 in
-    safetensors|config) echo core/error.c core/tensor.c core/safetensors.c core/config.c ;;
-    image) echo core/error.c core/image.c ;;
+    safetensors|config) echo core/base/error.c core/base/tensor.c core/io/safetensors.c core/io/config.c ;;
+    image) echo core/base/error.c core/media/image.c ;;
     *) echo "unknown fuzz target '$1'" >&2; exit 2 ;;
   esac
 }

@@ -7,8 +7,8 @@
  *     cc -std=gnu11 -O2 -march=x86-64-v2 -Icore -Ikernels kernels/cpu/bench/bench_matmul.c kernels/cpu/[a-z]*.c \
  *        core/tensor.c core/error.c -lpthread -lm -o /tmp/bench_matmul && /tmp/bench_matmul [K N]
  */
-#include "backend.h"
-#include "cpu/cpu_ops.h"
+#include "kernels/backend.h"
+#include "kernels/cpu/cpu_ops.h"
 
 #include <stdio.h>
 #include <stdlib.h>

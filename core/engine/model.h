@@ -1,0 +1,130 @@
+/*
+ * model.h - internal layout of a loaded model and of a sequence's caches (core/model.c, core/seq.c).
+ *
+ * Weights are glm53_tensor values. On the CPU backend they point straight into the mmapped checkpoint (FP8
+ * keeps its scale pointer); on CUDA they point at device copies the model owns. Names in comments are the
+ * checkpoint names after the "model.language_model." prefix; shapes use the config's names:
+ *   D hidden, S hc_mult, V vocab, C = linear heads * linear head dim, Hk linear heads, dk = dv linear head dim,
+ *   Hm MLA heads, Dq q_lora_rank, R kv_lora_rank, dn qk_nope_head_dim, dvm v_head_dim,
+ *   Hi index heads, dI index head dim, P index_kpool, F / Fe dense / expert width, E experts.
+ */
+#ifndef GLM53_MODEL_H
+#define GLM53_MODEL_H
+
+#include "kernels/backend.h"
+
+#include <pthread.h>
+
+typedef struct {
+    glm53_tensor q_proj, k_proj, v_proj;          /* [C, D] */
+    glm53_tensor q_conv, k_conv, v_conv;          /* [C, K] (checkpoint [C, 1, K]) */
+    glm53_tensor b_proj;                          /* [Hk, D] */
+    glm53_tensor f_a, f_b, g_a, g_b;              /* [dk, D], [C, dk], [dk, D], [C, dk] */
+    glm53_tensor A_log, dt_bias;                  /* [Hk], [C] */
+    glm53_tensor o_norm;                          /* [dv] */
+    glm53_tensor o_proj;                          /* [D, C] */
+} kda_weights;
+
+typedef struct {
+    glm53_tensor q_a, q_a_norm, q_b;              /* [Dq, D], [Dq], [Hm*dn, Dq] */
+    glm53_tensor kv_a, kv_a_norm, kv_b;           /* [R, D], [R], [Hm*(dn+dvm), R] */
+    glm53_tensor o_proj;                          /* [D, Hm*dvm] */
+    bool         has_indexer;                     /* false for "shared" indexer layers */
+    glm53_tensor wq_b, wk, k_norm_w, k_norm_b;    /* [Hi*dI, Dq], [dI, D], [dI], [dI] */
+    glm53_tensor weights_proj;                    /* [Hi, D] */
+    glm53_tensor ape, compress_gate;              /* [P, dI], [dI, D] */
+} dsa_weights;
+
+typedef struct {
+    glm53_tensor gate, up, down;                  /* [F, D], [F, D], [D, F] */
+} mlp_weights;
+
+typedef struct {
+    glm53_tensor router, bias;                    /* [E, D], [E] */
+    glm53_tensor *gate, *up, *down;               /* E each: [Fe, D], [Fe, D], [D, Fe] */
+    const glm53_tensor **gate_ptr, **up_ptr, **down_ptr;   /* the same, as the op table takes them */
+    mlp_weights  shared;                          /* width Fe * n_shared_experts */
+} moe_weights;
+
+typedef struct {
+    glm53_tensor fn, base, scale;                 /* [(2+S)*S, S*D], [(2+S)*S], [3] */
+} hc_weights;
+
+typedef struct {
+    int32_t      mixer;                           /* glm53_layer_type */
+    int32_t      mlp_type;                        /* glm53_mlp_type */
+    int32_t      state_index;                     /* index among KDA layers or among DSA layers */
+    hc_weights   hc_attn, hc_ffn;                 /* absent (zero) on MTP layers */
+    glm53_tensor input_norm, post_attn_norm;      /* [D] */
+    kda_weights  kda;
+    dsa_weights  dsa;
+    mlp_weights  mlp;
+    moe_weights  moe;
+} layer_weights;
+
+typedef struct {
+    glm53_tensor  enorm, hnorm, eh_proj, head_norm;   /* [D], [D], [D, 2D], [D] */
+    layer_weights block;                               /* a DSA + MoE decoder layer with plain residuals */
+} mtp_weights;
+
+struct glm53_model {
+    glm53_model_config config;
+    glm53_model_params params;
+    glm53_backend     *be;
+    glm53_checkpoint  *ckpt;                      /* kept open: CPU weights live in its mmap */
+
+    glm53_tensor       embed, final_norm, lm_head;   /* [V, D], [D], [V, D] */
+    layer_weights     *layers;                    /* [num_hidden_layers] */
+    int32_t            n_kda_layers, n_dsa_layers;
+    mtp_weights       *mtp;                       /* [n_mtp] or NULL */
+    int32_t            n_mtp;
+    struct glm53_vision *vision;                  /* vision tower (core/vision.c), NULL without a vision_config */
+
+    glm53_tensor      *owned;                     /* device copies of weights and scales, freed with the model */
+    int64_t            n_owned, cap_owned;
+    int64_t            weight_bytes;
+
+    const char        *trace_dir;                 /* $GLM53_TRACE_DIR: dump intermediates of every step there */
+    int64_t            trace_step;
+    pthread_mutex_t    lock;                      /* cache accounting and the one-step-at-a-time rule */
+    int64_t            cache_bytes;
+    bool               stepping;
+    int64_t            live_seqs;                 /* a model freed while sequences live goes with the last one */
+    bool               free_requested;
+};
+
+/* Per-layer cache of one sequence. */
+typedef struct {
+    glm53_tensor conv[3];        /* KDA: ring of raw (pre-conv) q, k, v rows [conv_width, C], by position mod width */
+    glm53_tensor states;         /* KDA: ring of recurrent states [ring, Hk, dk, dv] F32, by length mod ring */
+    glm53_tensor latent;         /* DSA: normalised MLA latent rows [cap, R] */
+    glm53_tensor kappa, sigma;   /* DSA with an indexer: raw indexer keys / pool gate scores [cap, dI] */
+    glm53_tensor pooled;         /* DSA with an indexer: pooled keys of closed pools [cap / P, dI] F32 */
+} layer_cache;
+
+struct glm53_seq {
+    glm53_model     *model;
+    glm53_seq_params params;
+    int64_t          length;
+    int32_t          ring;         /* KDA state slots = max_rollback + 1 */
+    int32_t          conv_width;   /* raw conv rows kept = conv kernel - 1 + max_rollback */
+    /* What the rings hold, shared by every KDA layer (all write the same slots in a step): the length whose
+     * state is in each state slot and the position whose raw row is in each conv slot (-1: nothing usable).
+     * After a rollback and regrowth, slots of abandoned lengths were overwritten; these tell which survived. */
+    int64_t         *state_len;    /* [ring] */
+    int64_t         *conv_pos;     /* [conv_width] */
+    int64_t         *mtp_length;   /* [n_mtp] positions each MTP layer's cache holds */
+    layer_cache     *layers;       /* [num_hidden_layers + n_mtp] (MTP layers after the main ones) */
+    int64_t          bytes;
+};
+
+/* model.c */
+void glm53_model_destroy(glm53_model *model);
+
+/* seq.c */
+glm53_status glm53_seq_alloc(glm53_model *model, const glm53_seq_params *params, glm53_seq **out);
+/* Records which ring slots a step over rows [pos0, pos0 + n_rows) wrote: valid = true after a step that
+ * completed, false after one that failed (the slots hold nothing usable). */
+void glm53_seq_note_step(glm53_seq *seq, int64_t pos0, int64_t n_rows, bool valid);
+
+#endif /* GLM53_MODEL_H */

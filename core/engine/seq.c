@@ -1,0 +1,244 @@
+/*
+ * seq.c - sequence caches: create, fork (prefix reuse), truncate (speculative rollback), free.
+ *
+ * A sequence reserves its whole cache up front (max_tokens rows), so a step never allocates cache memory and
+ * the model's cache budget is checked once, at creation. Per layer it holds (model.h, layer_cache):
+ *   KDA: rings of the last conv_width raw q/k/v rows, and a ring of `ring` recurrent states where the state
+ *        after length n lives in slot n % ring;
+ *   DSA: the normalised MLA latent row of every position; with an indexer also the raw indexer key and pool
+ *        gate scores of every position and the pooled key of every closed pool.
+ * Rolling back over up to max_rollback tokens therefore needs no recomputation: the KDA slot of the shorter
+ * length is still there, the conv ring still holds the K-1 rows before it, and DSA rows past the new length are
+ * simply overwritten later (a pool is recompressed when it closes again).
+ */
+#include "core/engine/model.h"
+
+#include <stdlib.h>
+
+static void seq_release(glm53_seq *s) {
+    if (!s) return;
+    glm53_backend *be = s->model->be;
+    if (s->layers) {
+        int n = s->model->config.text.num_hidden_layers + s->model->n_mtp;
+        for (int l = 0; l < n; l++) {
+            layer_cache *lc = &s->layers[l];
+            glm53_tensor *all[] = {&lc->conv[0], &lc->conv[1], &lc->conv[2], &lc->states, &lc->latent,
+                                   &lc->kappa, &lc->sigma, &lc->pooled};
+            for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+                if (all[i]->data) be->release(be, all[i]);
+        }
+    }
+    free(s->layers);
+    free(s->state_len);
+    free(s->conv_pos);
+    free(s->mtp_length);
+    free(s);
+}
+
+static glm53_status cache_tensor(glm53_seq *s, glm53_tensor *t, int dtype, int ndim, int64_t d0, int64_t d1,
+                                 int64_t d2, int64_t d3) {
+    glm53_backend *be = s->model->be;
+    *t = (glm53_tensor){.dtype = dtype, .device = be->device, .ndim = ndim, .shape = {d0, d1, d2, d3}};
+    GLM53_TRY(be->alloc(be, t));
+    return GLM53_OK;
+}
+
+/* The bytes a sequence with these parameters reserves, without allocating (for the budget check). */
+static int64_t seq_bytes(const glm53_model *m, int64_t cap, int32_t ring, int32_t conv_width) {
+    const glm53_text_config *c = &m->config.text;
+    int64_t act = (int64_t)glm53_dtype_size((glm53_dtype)m->be->act_dtype), bytes = 0;
+    int64_t C = (int64_t)c->linear_num_heads * c->linear_head_dim, dk = c->linear_head_dim;
+    int64_t pools = cap / c->index_kpool + 1;
+    for (int l = 0; l < c->num_hidden_layers + m->n_mtp; l++) {
+        bool main_layer = l < c->num_hidden_layers;
+        if (main_layer && c->layer_types[l] == GLM53_LAYER_KDA) {
+            bytes += 3 * conv_width * C * act + (int64_t)ring * c->linear_num_heads * dk * dk * 4;
+        } else {
+            bytes += cap * c->kv_lora_rank * act;
+            if (!main_layer || c->indexer_types[l] == GLM53_INDEXER_FULL)
+                bytes += 2 * cap * c->index_head_dim * act + pools * c->index_head_dim * 4;
+        }
+    }
+    return bytes;
+}
+
+glm53_status glm53_seq_alloc(glm53_model *m, const glm53_seq_params *params, glm53_seq **out) {
+    const glm53_text_config *c = &m->config.text;
+    glm53_seq_params p = params ? *params : glm53_seq_default_params();
+    if (p.max_tokens < 1 || p.max_rollback < 0)
+        return GLM53_FAIL(GLM53_ERR_INVALID_ARG, "seq_create: max_tokens must be >= 1 and max_rollback >= 0 "
+                          "(got %lld, %d)", (long long)p.max_tokens, p.max_rollback);
+    int32_t ring = p.max_rollback + 1, conv_width = c->linear_conv_kernel_dim - 1 + p.max_rollback;
+    if (conv_width < 1) conv_width = 1;
+    int64_t need = seq_bytes(m, p.max_tokens, ring, conv_width);
+
+    pthread_mutex_lock(&m->lock);
+    bool fits = m->params.cache_bytes_max <= 0 || m->cache_bytes + need <= m->params.cache_bytes_max;
+    if (fits) {
+        m->cache_bytes += need;
+        m->live_seqs++;
+    }
+    int64_t in_use = m->cache_bytes;
+    pthread_mutex_unlock(&m->lock);
+    if (!fits)
+        return GLM53_FAIL(GLM53_ERR_CACHE_FULL, "seq_create: a %lld-token sequence needs %lld bytes of cache; "
+                          "%lld of the model's %lld are in use", (long long)p.max_tokens, (long long)need,
+                          (long long)in_use, (long long)m->params.cache_bytes_max);
+
+    glm53_seq *s = calloc(1, sizeof *s);
+    glm53_status st = GLM53_OK;
+    if (s) {
+        s->model = m;
+        s->params = p;
+        s->ring = ring;
+        s->conv_width = conv_width;
+        s->layers = calloc((size_t)(c->num_hidden_layers + m->n_mtp), sizeof *s->layers);
+        s->state_len = malloc((size_t)ring * sizeof *s->state_len);
+        s->conv_pos = malloc((size_t)conv_width * sizeof *s->conv_pos);
+        s->mtp_length = calloc((size_t)m->n_mtp + 1, sizeof *s->mtp_length);
+    }
+    if (!s || !s->layers || !s->state_len || !s->conv_pos || !s->mtp_length)
+        st = GLM53_FAIL(GLM53_ERR_OUT_OF_MEMORY, "no memory for a sequence");
+    for (int32_t i = 0; st == GLM53_OK && i < ring; i++) s->state_len[i] = i == 0 ? 0 : -1;
+    for (int32_t i = 0; st == GLM53_OK && i < conv_width; i++) s->conv_pos[i] = -1;
+    int act = m->be->act_dtype;
+    int64_t C = (int64_t)c->linear_num_heads * c->linear_head_dim, dk = c->linear_head_dim;
+    int64_t dI = c->index_head_dim, pools = p.max_tokens / c->index_kpool + 1;
+    for (int l = 0; st == GLM53_OK && l < c->num_hidden_layers + m->n_mtp; l++) {
+        layer_cache *lc = &s->layers[l];
+        bool main_layer = l < c->num_hidden_layers;
+        if (main_layer && c->layer_types[l] == GLM53_LAYER_KDA) {
+            for (int j = 0; j < 3 && st == GLM53_OK; j++) st = cache_tensor(s, &lc->conv[j], act, 2, conv_width, C, 0, 0);
+            if (st == GLM53_OK) st = cache_tensor(s, &lc->states, GLM53_F32, 4, ring, c->linear_num_heads, dk, dk);
+            /* Slot 0 is the state of the empty sequence. */
+            if (st == GLM53_OK) st = m->be->fill(m->be, &lc->states, 0.0f);
+        } else {
+            st = cache_tensor(s, &lc->latent, act, 2, p.max_tokens, c->kv_lora_rank, 0, 0);
+            if (st == GLM53_OK && (!main_layer || c->indexer_types[l] == GLM53_INDEXER_FULL)) {
+                st = cache_tensor(s, &lc->kappa, act, 2, p.max_tokens, dI, 0, 0);
+                if (st == GLM53_OK) st = cache_tensor(s, &lc->sigma, act, 2, p.max_tokens, dI, 0, 0);
+                if (st == GLM53_OK) st = cache_tensor(s, &lc->pooled, GLM53_F32, 2, pools, dI, 0, 0);
+            }
+        }
+    }
+    if (st != GLM53_OK) {
+        if (s) seq_release(s);
+        pthread_mutex_lock(&m->lock);
+        m->cache_bytes -= need;
+        m->live_seqs--;
+        pthread_mutex_unlock(&m->lock);
+        return st;
+    }
+    s->bytes = need;
+    *out = s;
+    return GLM53_OK;
+}
+
+glm53_status glm53_seq_create(glm53_model *model, const glm53_seq_params *params, glm53_seq **out) {
+    if (!model || !out) return GLM53_FAIL(GLM53_ERR_INVALID_ARG, "seq_create: model and out are required");
+    *out = NULL;
+    return glm53_seq_alloc(model, params, out);
+}
+
+static glm53_status check_rollback(const glm53_seq *s, int64_t n_tokens, const char *what) {
+    if (n_tokens < 0 || n_tokens > s->length)
+        return GLM53_FAIL(GLM53_ERR_OUT_OF_RANGE, "%s: length %lld is outside [0, %lld]", what, (long long)n_tokens,
+                          (long long)s->length);
+    if (n_tokens == s->length || s->model->n_kda_layers == 0) return GLM53_OK;
+    if (n_tokens < s->length - s->params.max_rollback)
+        return GLM53_FAIL(GLM53_ERR_OUT_OF_RANGE, "%s: going back from %lld to %lld tokens exceeds max_rollback %d "
+                          "(the KDA state of that length is not kept)", what, (long long)s->length,
+                          (long long)n_tokens, s->params.max_rollback);
+    /* Within the window the slots can still have been overwritten by a longer branch that was rolled back. */
+    int64_t K = s->model->config.text.linear_conv_kernel_dim;
+    bool kept = s->state_len[n_tokens % s->ring] == n_tokens;
+    for (int64_t p = n_tokens - K + 1 > 0 ? n_tokens - K + 1 : 0; kept && p < n_tokens; p++)
+        kept = s->conv_pos[p % s->conv_width] == p;
+    if (!kept)
+        return GLM53_FAIL(GLM53_ERR_OUT_OF_RANGE, "%s: the KDA state at length %lld is no longer kept (a later "
+                          "step wrote its ring slot)", what, (long long)n_tokens);
+    return GLM53_OK;
+}
+
+glm53_status glm53_seq_fork(const glm53_seq *src, int64_t n_tokens, glm53_seq **out) {
+    if (!src || !out) return GLM53_FAIL(GLM53_ERR_INVALID_ARG, "seq_fork: src and out are required");
+    *out = NULL;
+    GLM53_TRY(check_rollback(src, n_tokens, "seq_fork"));
+    glm53_seq *dst;
+    GLM53_TRY(glm53_seq_alloc(src->model, &src->params, &dst));
+    glm53_backend *be = src->model->be;
+    int n = src->model->config.text.num_hidden_layers + src->model->n_mtp;
+    glm53_status st = GLM53_OK;
+    for (int l = 0; l < n && st == GLM53_OK; l++) {
+        layer_cache *a = &src->layers[l], *b = &dst->layers[l];
+        glm53_tensor *from[] = {&a->conv[0], &a->conv[1], &a->conv[2], &a->states, &a->latent, &a->kappa,
+                                &a->sigma, &a->pooled};
+        glm53_tensor *to[] = {&b->conv[0], &b->conv[1], &b->conv[2], &b->states, &b->latent, &b->kappa,
+                              &b->sigma, &b->pooled};
+        for (size_t i = 0; i < sizeof from / sizeof from[0] && st == GLM53_OK; i++)
+            if (from[i]->data) st = be->copy(be, to[i], from[i]);
+    }
+    if (st != GLM53_OK) {
+        glm53_seq_free(dst);
+        return st;
+    }
+    memcpy(dst->state_len, src->state_len, (size_t)src->ring * sizeof *src->state_len);
+    memcpy(dst->conv_pos, src->conv_pos, (size_t)src->conv_width * sizeof *src->conv_pos);
+    /* The MTP caches follow the main one: positions up to n_tokens - 1 pair with a known next token. */
+    for (int32_t i = 0; i < src->model->n_mtp; i++)
+        dst->mtp_length[i] = src->mtp_length[i] < n_tokens ? src->mtp_length[i] : n_tokens;
+    dst->length = n_tokens;
+    *out = dst;
+    return GLM53_OK;
+}
+
+glm53_status glm53_seq_truncate(glm53_seq *seq, int64_t n_tokens) {
+    if (!seq) return GLM53_FAIL(GLM53_ERR_INVALID_ARG, "seq_truncate: seq is NULL");
+    GLM53_TRY(check_rollback(seq, n_tokens, "seq_truncate"));
+    seq->length = n_tokens;
+    /* MTP positions pair with the token after them; those past the new end paired with dropped tokens. */
+    for (int32_t i = 0; i < seq->model->n_mtp; i++)
+        if (seq->mtp_length[i] > n_tokens) seq->mtp_length[i] = n_tokens;
+    return GLM53_OK;
+}
+
+void glm53_seq_note_step(glm53_seq *s, int64_t pos0, int64_t n_rows, bool valid) {
+    for (int64_t t = n_rows > s->ring ? n_rows - s->ring : 0; t < n_rows; t++)
+        s->state_len[(pos0 + t + 1) % s->ring] = valid ? pos0 + t + 1 : -1;
+    for (int64_t t = n_rows > s->conv_width ? n_rows - s->conv_width : 0; t < n_rows; t++)
+        s->conv_pos[(pos0 + t) % s->conv_width] = valid ? pos0 + t : -1;
+}
+
+int64_t glm53_seq_mtp_length(const glm53_seq *seq, int32_t mtp_layer) {
+    if (!seq || mtp_layer < 0 || mtp_layer >= seq->model->n_mtp) return -1;
+    return seq->mtp_length[mtp_layer];
+}
+
+glm53_status glm53_seq_mtp_truncate(glm53_seq *seq, int32_t mtp_layer, int64_t n_tokens) {
+    if (!seq) return GLM53_FAIL(GLM53_ERR_INVALID_ARG, "seq_mtp_truncate: seq is NULL");
+    if (mtp_layer < 0 || mtp_layer >= seq->model->n_mtp)
+        return GLM53_FAIL(GLM53_ERR_OUT_OF_RANGE, "seq_mtp_truncate: MTP layer %d of %d", mtp_layer,
+                          seq->model->n_mtp);
+    if (n_tokens < 0 || n_tokens > seq->mtp_length[mtp_layer])
+        return GLM53_FAIL(GLM53_ERR_OUT_OF_RANGE, "seq_mtp_truncate: length %lld is outside [0, %lld]",
+                          (long long)n_tokens, (long long)seq->mtp_length[mtp_layer]);
+    /* The MTP layer's cache is DSA only: rows past the new length are rewritten later, nothing to restore. */
+    seq->mtp_length[mtp_layer] = n_tokens;
+    return GLM53_OK;
+}
+
+int64_t glm53_seq_length(const glm53_seq *seq) { return seq ? seq->length : 0; }
+int64_t glm53_seq_capacity(const glm53_seq *seq) { return seq ? seq->params.max_tokens : 0; }
+int64_t glm53_seq_cache_bytes(const glm53_seq *seq) { return seq ? seq->bytes : 0; }
+
+void glm53_seq_free(glm53_seq *seq) {
+    if (!seq) return;
+    glm53_model *m = seq->model;
+    int64_t bytes = seq->bytes;
+    seq_release(seq);
+    pthread_mutex_lock(&m->lock);
+    m->cache_bytes -= bytes;
+    bool last = --m->live_seqs == 0 && m->free_requested;
+    pthread_mutex_unlock(&m->lock);
+    if (last) glm53_model_destroy(m);
+}

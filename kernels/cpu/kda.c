@@ -1,0 +1,138 @@
+/*
+ * kda.c - KDA (Kimi delta attention) on the CPU backend: the depthwise causal conv1d over q, k, v, the
+ * forget gate and the token-by-token delta-rule recurrence with an F32 state.
+ *
+ * A reference implementation the CUDA kernels are tested against: the plain formula of kernels/backend.h
+ * (docs/architecture.md has the math), in F32, parallel over the obvious independent axis and nothing cleverer.
+ * Weights of any dtype are decoded row by row through cpu_weight_row_to_f32; 1-D parameters through param_get.
+ */
+#include "kernels/cpu/cpu_ops.h"
+
+#include <stdlib.h>
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Depthwise causal conv1d. The caller keeps the last K-1 input rows of a sequence as history and stacks the T new
+ * rows under them, so output row t sees input rows t .. t+K-1 and the op itself needs no padding or state. Work
+ * items are output elements (t, c), so a decode step (T = 1) still spreads its channels over the threads.
+ */
+typedef struct conv_job {
+    float       *y;   /* [T, C] */
+    const float *x;   /* [T+K-1, C] */
+    const float *w;   /* [C, K] */
+    int64_t      c, k;
+} conv_job;
+
+static void conv_range(void *ctx, int64_t begin, int64_t end) {
+    const conv_job *job = ctx;
+    const int64_t C = job->c, K = job->k;
+    for (int64_t item = begin; item < end; item++) {
+        int64_t t = item / C, c = item % C;
+        const float *w = job->w + c * K;
+        const float *x = job->x + t * C + c;
+        float acc = 0.0f;
+        for (int64_t i = 0; i < K; i++) acc += w[i] * x[i * C];
+        job->y[item] = acc;
+    }
+}
+
+/* y[T,C][t][c] = sum_i w[c][i] * x[t+i][c]; x[T+K-1, C] F32, w[C,K] (or [C,1,K]) F32, BF16 or F16. */
+glm53_status cpu_conv1d_causal(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x, const glm53_tensor *w) {
+    assert(cpu_is_f32(x) && cpu_is_f32(y));
+    assert(w->data && glm53_tensor_is_contiguous(w));
+    int64_t T = glm53_tensor_rows(y), C = cpu_cols(y), K = cpu_cols(w);
+    assert(K >= 1 && glm53_tensor_rows(w) == C);
+    assert(cpu_cols(x) == C && glm53_tensor_rows(x) == T + K - 1);
+
+    glm53_status st;
+    bool w_owned;
+    const float *w32 = cpu_param_f32(w, &w_owned, &st);
+    if (st != GLM53_OK) return st;
+    conv_job job = {.y = y->data, .x = x->data, .w = w32, .c = C, .k = K};
+    cpu_parallel_for(be, T * C, 2 * K, conv_range, &job);
+    if (w_owned) free((void *)w32);
+    return GLM53_OK;
+}
+
+/* ------------------------------------------------------------------------------------------------------------
+ * KDA
+ */
+glm53_status cpu_kda_gate(glm53_backend *be, glm53_tensor *g, const glm53_tensor *f, const glm53_tensor *A_log,
+                          const glm53_tensor *dt_bias, int32_t has_lower_bound, float lower_bound) {
+    int64_t N = f->shape[0], C = f->shape[1], heads = glm53_tensor_numel(A_log), dk = C / heads;
+    assert(cpu_is_f32(g) && cpu_is_f32(f) && heads * dk == C && glm53_tensor_numel(dt_bias) == C);
+    param_f32 a = {0}, dt = {0};
+    glm53_status st = param_get(A_log, &a);
+    if (st == GLM53_OK) st = param_get(dt_bias, &dt);
+    if (st == GLM53_OK) {
+        const float *fv = f->data;
+        float *gv = g->data;
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t ch = 0; ch < C; ch++) {
+                float rate = expf(a.v[ch / dk]), u = fv[n * C + ch] + dt.v[ch];
+                gv[n * C + ch] = has_lower_bound ? lower_bound * cpu_sigmoid(rate * u)
+                                                 : -rate * (u > 20.0f ? u : log1pf(expf(u)));
+            }
+    }
+    param_release(&a);
+    param_release(&dt);
+    return st;
+}
+
+typedef struct {
+    float *o;
+    const float *q, *k, *v, *g, *beta;
+    float *state;
+    glm53_tensor *const *snapshots;
+    int64_t T, H, dk, dv;
+} kda_ctx;
+
+/* One head per item: its state [dk, dv] evolves over the T rows in a private copy. */
+static void kda_heads(void *vctx, int64_t begin, int64_t end) {
+    const kda_ctx *c = vctx;
+    int64_t H = c->H, dk = c->dk, dv = c->dv;
+    float *S = malloc((size_t)(dk * dv + dv) * sizeof(float));
+    float *u = S + dk * dv;
+    if (!S) return;   /* cannot happen in practice; the caller pre-checks a small allocation */
+    for (int64_t h = begin; h < end; h++) {
+        memcpy(S, c->state + h * dk * dv, (size_t)(dk * dv) * sizeof(float));
+        for (int64_t t = 0; t < c->T; t++) {
+            const float *q = c->q + (t * H + h) * dk, *k = c->k + (t * H + h) * dk;
+            const float *v = c->v + (t * H + h) * dv, *g = c->g + (t * H + h) * dk;
+            float b = c->beta[t * H + h];
+            for (int64_t i = 0; i < dk; i++) {
+                float decay = expf(g[i]);
+                for (int64_t j = 0; j < dv; j++) S[i * dv + j] *= decay;
+            }
+            for (int64_t j = 0; j < dv; j++) u[j] = 0.0f;
+            for (int64_t i = 0; i < dk; i++)
+                for (int64_t j = 0; j < dv; j++) u[j] += S[i * dv + j] * k[i];
+            for (int64_t j = 0; j < dv; j++) u[j] = b * (v[j] - u[j]);
+            for (int64_t i = 0; i < dk; i++)
+                for (int64_t j = 0; j < dv; j++) S[i * dv + j] += k[i] * u[j];
+            float *o = c->o + (t * H + h) * dv;
+            for (int64_t j = 0; j < dv; j++) o[j] = 0.0f;
+            for (int64_t i = 0; i < dk; i++)
+                for (int64_t j = 0; j < dv; j++) o[j] += S[i * dv + j] * q[i];
+            if (c->snapshots && c->snapshots[t])
+                memcpy((float *)c->snapshots[t]->data + h * dk * dv, S, (size_t)(dk * dv) * sizeof(float));
+        }
+        memcpy(c->state + h * dk * dv, S, (size_t)(dk * dv) * sizeof(float));
+    }
+    free(S);
+}
+
+glm53_status cpu_kda_recurrent(glm53_backend *be, glm53_tensor *o, const glm53_tensor *q, const glm53_tensor *k,
+                               const glm53_tensor *v, const glm53_tensor *g, const glm53_tensor *beta,
+                               glm53_tensor *state, glm53_tensor *const *snapshots) {
+    int64_t T = q->shape[0], H = q->shape[1], dk = q->shape[2], dv = v->shape[2];
+    assert(cpu_is_f32(o) && cpu_is_f32(q) && cpu_is_f32(k) && cpu_is_f32(v) && cpu_is_f32(g) &&
+           cpu_is_f32(beta) && cpu_is_f32(state));
+    assert(state->shape[0] == H && state->shape[1] == dk && state->shape[2] == dv);
+    void *probe = malloc((size_t)(dk * dv + dv) * sizeof(float));
+    if (!probe) return GLM53_FAIL(GLM53_ERR_OUT_OF_MEMORY, "kda_recurrent: no memory for the state");
+    free(probe);
+    kda_ctx c = {o->data, q->data, k->data, v->data, g->data, beta->data, state->data, snapshots, T, H, dk, dv};
+    cpu_parallel_for(be, H, T * dk * dv * 4, kda_heads, &c);
+    return GLM53_OK;
+}
+

@@ -1,0 +1,158 @@
+/*
+ * ops_kda.cu - Kimi delta attention (glm53-architecture.md section 4.5) on the CUDA backend: the per-channel
+ * forget gate and the token-by-token delta-rule recurrence with an F32 state.
+ *
+ * kda_recurrent runs one block per head for the whole sequence. The head's state S[dk, dv] (64 KiB at 128 x 128)
+ * lives in shared memory for all T rows and goes back to global memory once at the end. Thread j owns column j
+ * of S: every per-token step (decay, S^T k, the rank-1 update, S^T q) touches only that column, so the only
+ * barriers are the two around loading each token's k, q and decay vectors, and each sum runs over i = 0..dk-1
+ * in the CPU backend's order. Consecutive threads hold consecutive columns, so shared-memory accesses are
+ * conflict-free and snapshot writes are coalesced.
+ *
+ * This is the plain sequential form; the chunked (WY) form for long prefills is the performance issue's.
+ */
+#include "kernels/cuda/cuda_common.cuh"
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Kernels
+ */
+/* g[N,C] F32 from f[N,C]; h = channel / dk.
+ *   lower bound:  g = lb * sigmoid(exp(A_log[h]) * (f + dt_bias))
+ *   else:         g = -exp(A_log[h]) * softplus(f + dt_bias) */
+__global__ void kda_gate_kernel(float *g, act_in f, weight_ref A_log, weight_ref dt_bias, int64_t N, int64_t C,
+                                int64_t dk, bool has_lower_bound, float lower_bound) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < N * C; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t ch = i % C;
+        float rate = expf(A_log.at(0, ch / dk)), u = f[i] + dt_bias.at(0, ch);
+        g[i] = has_lower_bound ? lower_bound * cuda_sigmoid(rate * u) : -rate * cuda_softplus(u);
+    }
+}
+
+/* One block per head h; blockDim.x >= dv (a multiple of 32); thread j < dv owns column j.
+ * q, k [T,H,dk], v [T,H,dv] activations; g [T,H,dk], beta [T,H] F32; o [T,H,dv]; state [H,dk,dv] F32 in/out;
+ * snapshots: NULL or T pointers (each NULL or [H,dk,dv] F32).
+ * Dynamic shared memory: S [dk*dv], then k, q, decay [dk] each. */
+__global__ void kda_recurrent_kernel(act_out o, act_in q, act_in k, act_in v, const float *g, const float *beta,
+                                     float *state, float *const *snapshots, int64_t T, int64_t H, int64_t dk,
+                                     int64_t dv) {
+    extern __shared__ float smem[];
+    __shared__ float beta_t;
+    float *S = smem, *k_t = S + dk * dv, *q_t = k_t + dk, *decay = q_t + dk;
+    const int64_t h = blockIdx.x, j = threadIdx.x, head = h * dk * dv;
+    const bool owns_column = j < dv;
+
+    for (int64_t i = threadIdx.x; i < dk * dv; i += blockDim.x) S[i] = state[head + i];
+
+    for (int64_t t = 0; t < T; t++) {
+        __syncthreads();   /* S loaded; the previous token's reads of k_t, q_t, decay, beta_t are done */
+        int64_t row = (t * H + h) * dk;
+        for (int64_t i = threadIdx.x; i < dk; i += blockDim.x) {
+            k_t[i] = k[row + i];
+            q_t[i] = q[row + i];
+            decay[i] = expf(g[row + i]);
+        }
+        if (threadIdx.x == 0) beta_t = beta[t * H + h];
+        __syncthreads();
+        if (!owns_column) continue;
+
+        /* S <- S * exp(g) by rows; u = beta (v - S^T k) */
+        float mem = 0.0f;
+        for (int64_t i = 0; i < dk; i++) {
+            float s = S[i * dv + j] * decay[i];
+            S[i * dv + j] = s;
+            mem += s * k_t[i];
+        }
+        float u = beta_t * (v[(t * H + h) * dv + j] - mem);
+        /* S <- S + k u^T; o = S^T q */
+        float out = 0.0f;
+        for (int64_t i = 0; i < dk; i++) {
+            float s = S[i * dv + j] + k_t[i] * u;
+            S[i * dv + j] = s;
+            out += s * q_t[i];
+        }
+        o.store((t * H + h) * dv + j, out);
+        if (snapshots && snapshots[t]) {
+            float *snap = snapshots[t] + head;
+            for (int64_t i = 0; i < dk; i++) snap[i * dv + j] = S[i * dv + j];
+        }
+    }
+
+    __syncthreads();   /* every column final before the block-wide copy out */
+    for (int64_t i = threadIdx.x; i < dk * dv; i += blockDim.x) state[head + i] = S[i];
+}
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Host side
+ */
+static bool is_f32_on_device(const glm53_tensor *t) { return cuda_is_act(t) && t->dtype == GLM53_F32; }
+
+glm53_status cuda_kda_gate(glm53_backend *be, glm53_tensor *g, const glm53_tensor *f, const glm53_tensor *A_log,
+                           const glm53_tensor *dt_bias, int32_t has_lower_bound, float lower_bound) {
+    cuda_backend *cb = cuda_impl(be);
+    assert(is_f32_on_device(g) && cuda_is_act(f));
+    int64_t N = glm53_tensor_rows(f), C = cuda_cols(f), heads = glm53_tensor_numel(A_log);
+    assert(heads > 0 && C % heads == 0 && glm53_tensor_numel(dt_bias) == C && glm53_tensor_numel(g) == N * C);
+    weight_ref ar, dr;
+    GLM53_TRY(cuda_weight_ref(A_log, &ar, "kda_gate"));
+    GLM53_TRY(cuda_weight_ref(dt_bias, &dr, "kda_gate"));
+    GLM53_TRY(cuda_enter(cb));
+    if (N * C == 0) return GLM53_OK;
+    kda_gate_kernel<<<cuda_blocks_for(N * C, 256), 256, 0, cb->stream>>>((float *)g->data, cuda_act_in(f), ar, dr, N,
+                                                                         C, C / heads, has_lower_bound != 0,
+                                                                         lower_bound);
+    CUDA_LAUNCHED("kda_gate");
+    return GLM53_OK;
+}
+
+glm53_status cuda_kda_recurrent(glm53_backend *be, glm53_tensor *o, const glm53_tensor *q, const glm53_tensor *k,
+                                const glm53_tensor *v, const glm53_tensor *g, const glm53_tensor *beta,
+                                glm53_tensor *state, glm53_tensor *const *snapshots) {
+    cuda_backend *cb = cuda_impl(be);
+    assert(cuda_is_act(o) && cuda_is_act(q) && cuda_is_act(k) && cuda_is_act(v));
+    assert(is_f32_on_device(g) && is_f32_on_device(beta) && is_f32_on_device(state));
+    assert(q->ndim == 3 && v->ndim == 3);
+    int64_t T = q->shape[0], H = q->shape[1], dk = q->shape[2], dv = v->shape[2];
+    assert(glm53_tensor_numel(k) == T * H * dk && glm53_tensor_numel(g) == T * H * dk);
+    assert(glm53_tensor_numel(v) == T * H * dv && glm53_tensor_numel(o) == T * H * dv);
+    assert(glm53_tensor_numel(beta) == T * H && glm53_tensor_numel(state) == H * dk * dv);
+    assert(dv >= 1 && dv <= 1024 && H <= INT32_MAX);
+    GLM53_TRY(cuda_enter(cb));
+    if (H == 0) return GLM53_OK;
+
+    size_t smem = (size_t)(dk * dv + 3 * dk) * sizeof(float);
+    GLM53_TRY(cuda_smem_optin(cb, (const void *)kda_recurrent_kernel, smem, "kda_recurrent"));
+
+    /* The snapshot pointers go to the device as one array (NULL entries stay NULL); none at all -> no array. */
+    cuda_scratch snap_dev;
+    float **snap_ptrs = nullptr;
+    bool any_snapshot = false;
+    for (int64_t t = 0; snapshots && t < T; t++) any_snapshot = any_snapshot || snapshots[t] != nullptr;
+    if (any_snapshot) {
+        float **host = (float **)malloc((size_t)T * sizeof(float *));
+        if (!host) return GLM53_FAIL(GLM53_ERR_OUT_OF_MEMORY, "cuda kda_recurrent: %lld snapshot pointers", (long long)T);
+        for (int64_t t = 0; t < T; t++) {
+            const glm53_tensor *s = snapshots[t];
+            assert(!s || (is_f32_on_device(s) && glm53_tensor_numel(s) == H * dk * dv));
+            host[t] = s ? (float *)s->data : nullptr;
+        }
+        glm53_status st = snap_dev.get(cb, (size_t)T * sizeof(float *), "kda_recurrent snapshot pointers");
+        if (st == GLM53_OK) {
+            /* From pageable memory the copy is staged before cudaMemcpyAsync returns, so host can go now. */
+            cudaError_t e = cudaMemcpyAsync(snap_dev.ptr, host, (size_t)T * sizeof(float *), cudaMemcpyHostToDevice,
+                                            cb->stream);
+            if (e != cudaSuccess)
+                st = GLM53_FAIL(GLM53_ERR_BACKEND, "cuda kda_recurrent: cudaMemcpyAsync of snapshot pointers: %s",
+                                cudaGetErrorString(e));
+        }
+        free(host);
+        GLM53_TRY(st);
+        snap_ptrs = (float **)snap_dev.ptr;
+    }
+
+    unsigned threads = (unsigned)((dv + 31) / 32 * 32);
+    kda_recurrent_kernel<<<(unsigned)H, threads, smem, cb->stream>>>(
+        cuda_act_out(o), cuda_act_in(q), cuda_act_in(k), cuda_act_in(v), (const float *)g->data,
+        (const float *)beta->data, (float *)state->data, snap_ptrs, T, H, dk, dv);
+    CUDA_LAUNCHED("kda_recurrent");
+    return GLM53_OK;
+}

@@ -1,0 +1,257 @@
+/*
+ * ops_moe.cu - MoE routing and routed-expert compute (glm53-architecture.md section 4.8) on the CUDA backend.
+ *
+ * moe_route: one block per token row. The block computes the sigmoid scores into shared memory; thread 0 then
+ * runs the group stage and the top-k exactly as the CPU backend does (E = 288 and k = 8: a few thousand
+ * comparisons), so ids, their order and ties agree with the reference.
+ *
+ * moe_experts groups the (row, slot) pairs by expert and runs each used expert as three ordinary matmuls over
+ * its rows, so every weight dtype and every matmul path (FP8 GEMV for few rows, dequantise + cuBLAS for many)
+ * is reused as is:
+ *   1. download ids (the grouping is decided on the host: one stream synchronisation per call);
+ *   2. order the N*k slots by expert, upload the order;
+ *   3. gather x rows into that order, then per expert: gate = x W_g^T, up = x W_u^T, gate = swiglu(gate, up),
+ *      out = gate W_d^T (F32);
+ *   4. y[n] = sum_slot weights[n, slot] * out[slot], in slot order, F32, one rounding.
+ * Intermediates (gate, up) are in x's dtype: BF16 like every engine's expert GEMMs, or F32 for a full-precision
+ * call. Rows are processed in chunks so the scratch stays bounded for long prefills. The host round trip rules
+ * out CUDA graphs for this op; a device-side grouping is the performance issue's.
+ */
+#include "kernels/cuda/cuda_common.cuh"
+
+#include <algorithm>
+#include <new>
+#include <vector>
+
+enum { ROUTE_THREADS = 128 };
+static const int64_t EXPERT_CHUNK_ROWS = 512;   /* token rows per round of moe_experts: bounds its scratch */
+
+/* ------------------------------------------------------------------------------------------------------------
+ * moe_route
+ */
+/* logits[N,E] F32, bias[E]; ids[N,K] I32, weights[N,K] F32. Dynamic shared memory: s, choice [E], keep [E]
+ * (as floats), group_score [n_group]. */
+__global__ void moe_route_kernel(int32_t *ids, float *weights, const float *logits, weight_ref bias, int64_t E,
+                                 int64_t K, int32_t n_group, int32_t topk_group, bool norm, float scaling) {
+    extern __shared__ float smem[];
+    float *s = smem, *choice = s + E, *keep = choice + E, *group_score = keep + E;
+    const int64_t n = blockIdx.x;
+    for (int64_t e = threadIdx.x; e < E; e += blockDim.x) {
+        s[e] = cuda_sigmoid(logits[n * E + e]);
+        choice[e] = s[e] + bias.at(0, e);
+        keep[e] = n_group == 1 ? 1.0f : 0.0f;
+    }
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+
+    /* Group stage: a group's score is the sum of its two best choice scores (one if it has one expert); keep
+     * the topk_group best groups, the lower group on ties. */
+    const int64_t per_group = E / n_group;
+    if (n_group > 1) {
+        for (int64_t grp = 0; grp < n_group; grp++) {
+            float best = -INFINITY, second = -INFINITY;
+            for (int64_t e = grp * per_group; e < (grp + 1) * per_group; e++) {
+                if (choice[e] > best) {
+                    second = best;
+                    best = choice[e];
+                } else if (choice[e] > second) {
+                    second = choice[e];
+                }
+            }
+            group_score[grp] = per_group >= 2 ? best + second : best;
+        }
+        for (int32_t picked = 0; picked < topk_group; picked++) {
+            int64_t best = -1;
+            for (int64_t grp = 0; grp < n_group; grp++)
+                if (group_score[grp] != -INFINITY && (best < 0 || group_score[grp] > group_score[best])) best = grp;
+            if (best < 0) break;   /* every remaining group scored -inf */
+            for (int64_t e = best * per_group; e < (best + 1) * per_group; e++) keep[e] = 1.0f;
+            group_score[best] = -INFINITY;
+        }
+    }
+    /* Top-k of the kept choice scores, descending, the lower id on ties. */
+    float sum = 0.0f;
+    for (int64_t k = 0; k < K; k++) {
+        int64_t best = -1;
+        for (int64_t e = 0; e < E; e++)
+            if (keep[e] != 0.0f && (best < 0 || choice[e] > choice[best])) best = e;
+        if (best < 0) {   /* fewer kept experts than k (a config error): mark the slot unused */
+            ids[n * K + k] = -1;
+            weights[n * K + k] = 0.0f;
+            continue;
+        }
+        ids[n * K + k] = (int32_t)best;
+        weights[n * K + k] = s[best];
+        sum += s[best];
+        keep[best] = 0.0f;
+    }
+    for (int64_t k = 0; k < K; k++)
+        weights[n * K + k] = (norm ? weights[n * K + k] / (sum + 1e-20f) : weights[n * K + k]) * scaling;
+}
+
+glm53_status cuda_moe_route(glm53_backend *be, glm53_tensor *ids, glm53_tensor *weights,
+                            const glm53_tensor *logits, const glm53_tensor *bias, int32_t n_group,
+                            int32_t topk_group, int32_t norm, float scaling) {
+    cuda_backend *cb = cuda_impl(be);
+    assert(cuda_is_act(logits) && logits->dtype == GLM53_F32 && cuda_is_act(weights) && weights->dtype == GLM53_F32);
+    assert(ids->dtype == GLM53_I32 && ids->data && ids->device == GLM53_DEVICE_CUDA);
+    int64_t N = glm53_tensor_rows(logits), E = cuda_cols(logits), K = cuda_cols(ids);
+    assert(n_group >= 1 && E % n_group == 0 && topk_group >= 1 && topk_group <= n_group && K <= E);
+    assert(glm53_tensor_numel(ids) == N * K && glm53_tensor_numel(weights) == N * K && glm53_tensor_numel(bias) == E);
+    assert(N <= INT32_MAX);
+    weight_ref br;
+    GLM53_TRY(cuda_weight_ref(bias, &br, "moe_route"));
+    GLM53_TRY(cuda_enter(cb));
+    if (N == 0) return GLM53_OK;
+    size_t smem = (size_t)(3 * E + n_group) * sizeof(float);
+    GLM53_TRY(cuda_smem_optin(cb, (const void *)moe_route_kernel, smem, "moe_route"));
+    moe_route_kernel<<<(unsigned)N, ROUTE_THREADS, smem, cb->stream>>>(
+        (int32_t *)ids->data, (float *)weights->data, (const float *)logits->data, br, E, K, n_group, topk_group,
+        norm != 0, scaling);
+    CUDA_LAUNCHED("moe_route");
+    return GLM53_OK;
+}
+
+/* ------------------------------------------------------------------------------------------------------------
+ * moe_experts
+ */
+/* xg[i] = x[row_of[i]] for i < n, rows of D. */
+__global__ void gather_by_index_kernel(act_out xg, act_in x, const int32_t *row_of, int64_t n, int64_t D) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n * D; i += (int64_t)gridDim.x * blockDim.x)
+        xg.store(i, x[(int64_t)row_of[i / D] * D + i % D]);
+}
+
+/* y[n][d] = sum_k weights[n][k] * out[place[n*K + k]][d] (place < 0: slot unused), rows n0 .. n0+rows. */
+__global__ void combine_kernel(act_out y, const float *out, const int32_t *place, const float *weights, int64_t n0,
+                               int64_t rows, int64_t K, int64_t D) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < rows * D;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t r = i / D, d = i % D;
+        float acc = 0.0f;
+        for (int64_t k = 0; k < K; k++) {
+            int32_t at = place[r * K + k];
+            if (at >= 0) acc += weights[(n0 + r) * K + k] * out[(int64_t)at * D + d];
+        }
+        y.store((n0 + r) * D + d, acc);
+    }
+}
+
+static glm53_status upload_i32(cuda_backend *cb, void *dst, const int32_t *src, size_t n) {
+    if (n) CUDA_TRY(cudaMemcpyAsync(dst, src, n * sizeof(int32_t), cudaMemcpyHostToDevice, cb->stream));
+    return GLM53_OK;
+}
+
+static glm53_status moe_experts(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x, const glm53_tensor *ids,
+                                const glm53_tensor *weights, const glm53_tensor *const *gate,
+                                const glm53_tensor *const *up, const glm53_tensor *const *down, int32_t n_experts,
+                                float limit) {
+    cuda_backend *cb = cuda_impl(be);
+    assert(cuda_is_act(y) && cuda_is_act(x) && x->dtype == y->dtype);
+    assert(cuda_is_act(weights) && weights->dtype == GLM53_F32);
+    assert(ids->dtype == GLM53_I32 && ids->data && ids->device == GLM53_DEVICE_CUDA);
+    int64_t N = glm53_tensor_rows(x), D = cuda_cols(x), K = cuda_cols(ids);
+    assert(glm53_tensor_rows(y) == N && cuda_cols(y) == D);
+    assert(glm53_tensor_numel(ids) == N * K && glm53_tensor_numel(weights) == N * K);
+    GLM53_TRY(cuda_enter(cb));
+    if (N == 0 || D == 0) return GLM53_OK;
+
+    /* 1. the routing decisions, on the host */
+    std::vector<int32_t> id_host((size_t)(N * K));
+    if (N * K > 0) CUDA_TRY(cudaMemcpyAsync(id_host.data(), ids->data, (size_t)(N * K) * sizeof(int32_t),
+                                        cudaMemcpyDeviceToHost, cb->stream));
+    CUDA_TRY(cudaStreamSynchronize(cb->stream));
+    int64_t F = 0;
+    for (int64_t i = 0; i < N * K; i++) {
+        int32_t e = id_host[(size_t)i];
+        if (e < 0) continue;   /* a slot moe_route left unused */
+        if (e >= n_experts)
+            return GLM53_FAIL(GLM53_ERR_OUT_OF_RANGE, "cuda moe_experts: expert id %d at slot %lld is outside [0, %d)",
+                              e, (long long)i, n_experts);
+        if (!gate[e] || !up[e] || !down[e])
+            return GLM53_FAIL(GLM53_ERR_INVALID_ARG, "cuda moe_experts: expert %d is routed to but has no weights", e);
+        assert(gate[e]->ndim == 2 && gate[e]->shape[1] == D && up[e]->shape[0] == gate[e]->shape[0]);
+        assert(up[e]->shape[1] == D && down[e]->shape[0] == D && down[e]->shape[1] == gate[e]->shape[0]);
+        if (gate[e]->shape[0] > F) F = gate[e]->shape[0];
+    }
+
+    /* Scratch for one chunk of rows: gathered x, gate/up (x's dtype), expert outputs (F32), two index arrays. */
+    int64_t chunk_rows = N < EXPERT_CHUNK_ROWS ? N : EXPERT_CHUNK_ROWS, slots_max = chunk_rows * K;
+    size_t act = glm53_dtype_size((glm53_dtype)x->dtype);
+    cuda_scratch xg_buf, gate_buf, up_buf, out_buf, index_buf;
+    GLM53_TRY(xg_buf.get(cb, (size_t)(slots_max * D) * act, "moe_experts gathered rows"));
+    GLM53_TRY(gate_buf.get(cb, (size_t)(slots_max * (F > 0 ? F : 1)) * act, "moe_experts gate"));
+    GLM53_TRY(up_buf.get(cb, (size_t)(slots_max * (F > 0 ? F : 1)) * act, "moe_experts up"));
+    GLM53_TRY(out_buf.get(cb, (size_t)(slots_max * D) * sizeof(float), "moe_experts expert outputs"));
+    GLM53_TRY(index_buf.get(cb, (size_t)(2 * slots_max) * sizeof(int32_t), "moe_experts slot order"));
+    int32_t *row_of_dev = (int32_t *)index_buf.ptr, *place_dev = row_of_dev + slots_max;
+
+    std::vector<int32_t> count((size_t)n_experts), start((size_t)n_experts), row_of((size_t)slots_max),
+        place((size_t)slots_max);
+    for (int64_t n0 = 0; n0 < N; n0 += chunk_rows) {
+        int64_t rows = N - n0 < chunk_rows ? N - n0 : chunk_rows;
+        /* 2. slots ordered by expert (ascending slot within an expert): row_of[i] is the x row of ordered slot
+         *    i, place[slot] its position in that order (-1: unused slot). */
+        std::fill(count.begin(), count.end(), 0);
+        for (int64_t s = 0; s < rows * K; s++) {
+            int32_t e = id_host[(size_t)(n0 * K + s)];
+            if (e >= 0) count[(size_t)e]++;
+        }
+        int32_t used = 0;
+        for (int32_t e = 0; e < n_experts; e++) {
+            start[(size_t)e] = used;
+            used += count[(size_t)e];
+        }
+        std::vector<int32_t> fill_at(start);
+        for (int64_t s = 0; s < rows * K; s++) {
+            int32_t e = id_host[(size_t)(n0 * K + s)];
+            if (e < 0) {
+                place[(size_t)s] = -1;
+                continue;
+            }
+            int32_t at = fill_at[(size_t)e]++;
+            row_of[(size_t)at] = (int32_t)(n0 + s / K);
+            place[(size_t)s] = at;
+        }
+        /* From pageable memory both copies are staged before they return, so the vectors may change next chunk. */
+        GLM53_TRY(upload_i32(cb, row_of_dev, row_of.data(), (size_t)used));
+        GLM53_TRY(upload_i32(cb, place_dev, place.data(), (size_t)(rows * K)));
+
+        /* 3. experts */
+        if (used > 0) {
+            gather_by_index_kernel<<<cuda_blocks_for(used * D, 256), 256, 0, cb->stream>>>(
+                act_out{xg_buf.ptr, x->dtype == GLM53_BF16}, cuda_act_in(x), row_of_dev, used, D);
+            CUDA_LAUNCHED("moe_experts (gather rows)");
+        }
+        for (int32_t e = 0; e < n_experts; e++) {
+            int64_t m = count[(size_t)e], at = start[(size_t)e];
+            if (m == 0) continue;
+            int64_t Fe = gate[e]->shape[0];
+            glm53_tensor xe = cuda_view_2d((char *)xg_buf.ptr + (size_t)(at * D) * act, x->dtype, m, D);
+            /* slot i owns [i*F, (i+1)*F) of gate/up: experts of different widths never overlap */
+            glm53_tensor ge = cuda_view_2d((char *)gate_buf.ptr + (size_t)(at * F) * act, x->dtype, m, Fe);
+            glm53_tensor ue = cuda_view_2d((char *)up_buf.ptr + (size_t)(at * F) * act, x->dtype, m, Fe);
+            glm53_tensor oe = cuda_view_2d((float *)out_buf.ptr + at * D, GLM53_F32, m, D);
+            GLM53_TRY(cuda_matmul(be, &ge, &xe, gate[e]));
+            GLM53_TRY(cuda_matmul(be, &ue, &xe, up[e]));
+            GLM53_TRY(cuda_swiglu(be, &ge, &ge, &ue, limit));   /* elementwise: in place is safe */
+            GLM53_TRY(cuda_matmul(be, &oe, &ge, down[e]));
+        }
+
+        /* 4. weighted sum per row */
+        combine_kernel<<<cuda_blocks_for(rows * D, 256), 256, 0, cb->stream>>>(
+            cuda_act_out(y), (const float *)out_buf.ptr, place_dev, (const float *)weights->data, n0, rows, K, D);
+        CUDA_LAUNCHED("moe_experts (combine)");
+    }
+    return GLM53_OK;
+}
+
+glm53_status cuda_moe_experts(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x, const glm53_tensor *ids,
+                              const glm53_tensor *weights, const glm53_tensor *const *gate,
+                              const glm53_tensor *const *up, const glm53_tensor *const *down, int32_t n_experts,
+                              float limit) {
+    try {   /* the host-side grouping uses std::vector: its bad_alloc must not cross into C */
+        return moe_experts(be, y, x, ids, weights, gate, up, down, n_experts, limit);
+    } catch (const std::bad_alloc &) {
+        return GLM53_FAIL(GLM53_ERR_OUT_OF_MEMORY, "cuda moe_experts: no host memory for the expert grouping");
+    }
+}

@@ -1,0 +1,179 @@
+/*
+ * ops_norm.cu - row normalisations on the CUDA backend: rmsnorm, layernorm, l2norm, softmax, and KDA's gated
+ * rmsnorm.
+ *
+ * One block per row. Row statistics are F32 block reductions (cuda_block_sum / cuda_block_max); the row is then
+ * read again and each element written by the thread that read it, after the reduction's barrier, so y == x
+ * (in place) is safe. The formulas follow the CPU backend term by term (same operand order), so the two differ
+ * only by summation order.
+ */
+#include "kernels/cuda/cuda_common.cuh"
+
+enum { NORM_THREADS = 256 };
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Kernels (grid: one block per row of x[M,D])
+ */
+/* sum(x^2) of the row x[base, base + D) in F32, returned to every thread of the block (the CPU uses cpu_dot). */
+static __device__ float row_sum_squares(act_in x, int64_t base, int64_t D) {
+    float ss = 0.0f;
+    for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
+        float v = x[base + i];
+        ss += v * v;
+    }
+    return cuda_block_sum(ss);
+}
+
+/* y = x / sqrt(mean(x^2) + eps) * w (w optional). */
+__global__ void rmsnorm_kernel(act_out y, act_in x, weight_ref w, bool has_w, int64_t D, float eps) {
+    int64_t base = (int64_t)blockIdx.x * D;
+    float inv_rms = 1.0f / sqrtf(row_sum_squares(x, base, D) / (float)D + eps);
+    for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
+        float v = x[base + i] * inv_rms;
+        if (has_w) v *= w.at(0, i);
+        y.store(base + i, v);
+    }
+}
+
+/* y = (x - mean) / sqrt(var + eps) * w + b, biased variance from squared deviations (no E[x^2] - E[x]^2). */
+__global__ void layernorm_kernel(act_out y, act_in x, weight_ref w, bool has_w, weight_ref b, bool has_b, int64_t D,
+                                 float eps) {
+    int64_t base = (int64_t)blockIdx.x * D;
+    float s = 0.0f;
+    for (int64_t i = threadIdx.x; i < D; i += blockDim.x) s += x[base + i];
+    float mean = cuda_block_sum(s) / (float)D;
+    float sq = 0.0f;
+    for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
+        float dev = x[base + i] - mean;
+        sq += dev * dev;
+    }
+    float inv_std = 1.0f / sqrtf(cuda_block_sum(sq) / (float)D + eps);
+    for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
+        float v = (x[base + i] - mean) * inv_std;
+        if (has_w) v *= w.at(0, i);
+        if (has_b) v += b.at(0, i);
+        y.store(base + i, v);
+    }
+}
+
+/* y = x / sqrt(sum(x^2) + eps) * scale. */
+__global__ void l2norm_kernel(act_out y, act_in x, int64_t D, float eps, float scale) {
+    int64_t base = (int64_t)blockIdx.x * D;
+    float inv_norm = 1.0f / sqrtf(row_sum_squares(x, base, D) + eps);
+    for (int64_t i = threadIdx.x; i < D; i += blockDim.x) y.store(base + i, x[base + i] * inv_norm * scale);
+}
+
+/* y = exp(x - max) / sum; the exponentials are recomputed in the last pass rather than stored, so y may be x. */
+__global__ void softmax_kernel(act_out y, act_in x, int64_t D) {
+    int64_t base = (int64_t)blockIdx.x * D;
+    float mx = -INFINITY;
+    for (int64_t i = threadIdx.x; i < D; i += blockDim.x) mx = fmaxf(mx, x[base + i]);
+    mx = cuda_block_max(mx);
+    float s = 0.0f;
+    for (int64_t i = threadIdx.x; i < D; i += blockDim.x) s += expf(x[base + i] - mx);
+    float inv_sum = 1.0f / cuda_block_sum(s);
+    for (int64_t i = threadIdx.x; i < D; i += blockDim.x) y.store(base + i, expf(x[base + i] - mx) * inv_sum);
+}
+
+/* y = w * (x / sqrt(mean(x^2) + eps)) * sigmoid(gate), all F32, one rounding. */
+__global__ void rmsnorm_gated_kernel(act_out y, act_in x, act_in gate, weight_ref w, int64_t D, float eps) {
+    int64_t base = (int64_t)blockIdx.x * D;
+    float r = 1.0f / sqrtf(row_sum_squares(x, base, D) / (float)D + eps);
+    for (int64_t i = threadIdx.x; i < D; i += blockDim.x)
+        y.store(base + i, w.at(0, i) * (x[base + i] * r) * cuda_sigmoid(gate[base + i]));
+}
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Host side
+ */
+/* Rows and columns of x, checked against y. */
+static void row_shape(const glm53_tensor *y, const glm53_tensor *x, int64_t *M, int64_t *D) {
+    assert(cuda_is_act(x) && cuda_is_act(y));
+    *M = glm53_tensor_rows(x);
+    *D = cuda_cols(x);
+    assert(glm53_tensor_rows(y) == *M && cuda_cols(y) == *D);
+    assert(*M <= INT32_MAX);
+}
+
+/* A weight_ref for an optional 1-D parameter of D elements (an unused placeholder when p is NULL). */
+static glm53_status optional_param(const glm53_tensor *p, int64_t D, weight_ref *out, const char *op) {
+    if (!p) {
+        *out = weight_ref{};
+        return GLM53_OK;
+    }
+    assert(glm53_tensor_numel(p) == D);
+    GLM53_TRY(cuda_weight_ref(p, out, op));
+    if (p->dtype == GLM53_F8_E4M3 && p->scale)
+        return GLM53_FAIL(GLM53_ERR_UNSUPPORTED, "cuda %s: a block-scaled FP8 norm parameter", op);
+    return GLM53_OK;
+}
+
+glm53_status cuda_rmsnorm(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x, const glm53_tensor *w,
+                          float eps) {
+    cuda_backend *cb = cuda_impl(be);
+    int64_t M, D;
+    row_shape(y, x, &M, &D);
+    weight_ref wr;
+    GLM53_TRY(optional_param(w, D, &wr, "rmsnorm"));
+    GLM53_TRY(cuda_enter(cb));
+    if (M == 0 || D == 0) return GLM53_OK;
+    rmsnorm_kernel<<<(unsigned)M, NORM_THREADS, 0, cb->stream>>>(cuda_act_out(y), cuda_act_in(x), wr, w != nullptr,
+                                                                 D, eps);
+    CUDA_LAUNCHED("rmsnorm");
+    return GLM53_OK;
+}
+
+glm53_status cuda_layernorm(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x, const glm53_tensor *w,
+                            const glm53_tensor *b, float eps) {
+    cuda_backend *cb = cuda_impl(be);
+    int64_t M, D;
+    row_shape(y, x, &M, &D);
+    weight_ref wr, br;
+    GLM53_TRY(optional_param(w, D, &wr, "layernorm"));
+    GLM53_TRY(optional_param(b, D, &br, "layernorm"));
+    GLM53_TRY(cuda_enter(cb));
+    if (M == 0 || D == 0) return GLM53_OK;
+    layernorm_kernel<<<(unsigned)M, NORM_THREADS, 0, cb->stream>>>(cuda_act_out(y), cuda_act_in(x), wr,
+                                                                   w != nullptr, br, b != nullptr, D, eps);
+    CUDA_LAUNCHED("layernorm");
+    return GLM53_OK;
+}
+
+glm53_status cuda_l2norm(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x, float eps, float scale) {
+    cuda_backend *cb = cuda_impl(be);
+    int64_t M, D;
+    row_shape(y, x, &M, &D);
+    GLM53_TRY(cuda_enter(cb));
+    if (M == 0 || D == 0) return GLM53_OK;
+    l2norm_kernel<<<(unsigned)M, NORM_THREADS, 0, cb->stream>>>(cuda_act_out(y), cuda_act_in(x), D, eps, scale);
+    CUDA_LAUNCHED("l2norm");
+    return GLM53_OK;
+}
+
+glm53_status cuda_softmax(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x) {
+    cuda_backend *cb = cuda_impl(be);
+    int64_t M, D;
+    row_shape(y, x, &M, &D);
+    GLM53_TRY(cuda_enter(cb));
+    if (M == 0 || D == 0) return GLM53_OK;
+    softmax_kernel<<<(unsigned)M, NORM_THREADS, 0, cb->stream>>>(cuda_act_out(y), cuda_act_in(x), D);
+    CUDA_LAUNCHED("softmax");
+    return GLM53_OK;
+}
+
+glm53_status cuda_rmsnorm_gated(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x,
+                                const glm53_tensor *gate, const glm53_tensor *w, float eps) {
+    cuda_backend *cb = cuda_impl(be);
+    int64_t M, D;
+    row_shape(y, x, &M, &D);
+    assert(cuda_is_act(gate) && glm53_tensor_numel(gate) == M * D);
+    assert(w != nullptr);
+    weight_ref wr;
+    GLM53_TRY(optional_param(w, D, &wr, "rmsnorm_gated"));
+    GLM53_TRY(cuda_enter(cb));
+    if (M == 0 || D == 0) return GLM53_OK;
+    rmsnorm_gated_kernel<<<(unsigned)M, 128, 0, cb->stream>>>(cuda_act_out(y), cuda_act_in(x), cuda_act_in(gate), wr,
+                                                              D, eps);
+    CUDA_LAUNCHED("rmsnorm_gated");
+    return GLM53_OK;
+}
