@@ -45,9 +45,12 @@
  * Thread safety
  *   - glm53_last_error, glm53_dtype_*, glm53_version are safe from any thread.
  *   - A glm53_checkpoint or glm53_model may be read (config, tensor list) from several threads at once.
- *   - glm53_model_step runs one batch at a time per model: calls on the same model must not overlap, but a
- *     step may run on a worker thread while other threads do unrelated work (a Lua event loop, say).
- *   - A glm53_seq must not be forked, truncated or freed while a step that includes it is running.
+ *   - glm53_model_step runs one batch at a time per model: a call that overlaps another step of the same model
+ *     fails with GLM53_ERR_INVALID_ARG (nothing changes). glm53_model_submit queues steps for the model's worker
+ *     thread instead; submit, poll, wait and completion_fd may be called from any thread.
+ *   - glm53_seq_free may be called at any time, also while a step (or a queued one) includes the sequence: it
+ *     leaves the model's live sequences at once (later steps naming it fail cleanly) and its memory goes when
+ *     that step ends. A sequence must not be forked or truncated while a step that includes it runs.
  *
  * The ffi.cdef of the Lua package is generated from the region between the API markers below
  * (scripts/gen_cdef.lua); keep that region free of preprocessor lines.
@@ -67,7 +70,7 @@
 /* The version of the binary interface below: bumped whenever a struct layout, an enum value or a signature of
  * the API region changes. The Lua package checks glm53_abi_version() against the version its cdef was generated
  * from, so a stale libglm53.so is refused at load instead of corrupting memory. */
-#define GLM53_ABI_VERSION 1
+#define GLM53_ABI_VERSION 2
 
 #ifdef __cplusplus
 extern "C" {
@@ -147,7 +150,9 @@ GLM53_API int32_t      glm53_argmax_f32(const float *x, int64_t n);
  */
 enum { GLM53_MAX_LAYERS = 128 };
 
-typedef enum glm53_layer_type   { GLM53_LAYER_KDA = 0, GLM53_LAYER_DSA = 1 } glm53_layer_type;
+/* KDA: Kimi delta attention ("linear_attention" in config.json); SPARSE_MLA: NoPE MLA over the positions the
+ * KPool indexer selects ("deepseek_sparse_attention"). */
+typedef enum glm53_layer_type   { GLM53_LAYER_KDA = 0, GLM53_LAYER_SPARSE_MLA = 1 } glm53_layer_type;
 typedef enum glm53_mlp_type     { GLM53_MLP_DENSE = 0, GLM53_MLP_MOE = 1 } glm53_mlp_type;
 typedef enum glm53_indexer_type { GLM53_INDEXER_FULL = 0, GLM53_INDEXER_SHARED = 1 } glm53_indexer_type;
 
@@ -174,7 +179,7 @@ typedef struct glm53_text_config {
     int32_t pad_token_id, tie_word_embeddings;
     int32_t layer_types[GLM53_MAX_LAYERS];    /* glm53_layer_type per main layer */
     int32_t mlp_types[GLM53_MAX_LAYERS];      /* glm53_mlp_type per main layer */
-    int32_t indexer_types[GLM53_MAX_LAYERS];  /* glm53_indexer_type per main layer (DSA layers only) */
+    int32_t indexer_types[GLM53_MAX_LAYERS];  /* glm53_indexer_type per main layer (sparse MLA layers only) */
 } glm53_text_config;
 
 typedef struct glm53_vision_config {
@@ -227,6 +232,9 @@ typedef struct glm53_model_params {
     int64_t cache_bytes_max;   /* budget for all sequence caches of this model; 0 = unlimited */
     int32_t activation_dtype;  /* -1: the backend's (CPU F32, CUDA BF16); GLM53_F32 runs CUDA in F32 (slower,
                                   for precision studies); BF16 on the CPU backend is refused */
+    int32_t step_rows;         /* most batch rows one pass of a step computes at once; a longer step (a long
+                                  prompt) runs in passes, so its scratch stays bounded. 0: the backend's (CPU
+                                  512, CUDA 8192) */
 } glm53_model_params;
 
 typedef struct glm53_seq_params {
@@ -278,6 +286,47 @@ typedef struct glm53_step_output {
 } glm53_step_output;
 
 GLM53_API glm53_status glm53_model_step(glm53_model *model, const glm53_batch *batch, glm53_step_output *out);
+
+/* ---- Async steps ----
+ * A worker thread per model (started by the first submit or completion_fd) runs submitted steps one after the
+ * other, and signals each completion on a file descriptor an event loop can poll (readable while completions
+ * wait to be taken), so the loop keeps running while a long prefill computes:
+ *
+ *     int fd = glm53_model_completion_fd(model);       // uv_poll_start(fd, UV_READABLE, ...) in luv
+ *     glm53_step_request rq = {.mtp_layer = -1, .batch = &batch, .out = &out, .tag = 7};
+ *     glm53_model_submit(model, &rq);
+ *     ... when fd is readable:
+ *     glm53_step_completion c;
+ *     while (glm53_model_poll(model, &c)) handle(c.tag, c.status, c.error);
+ *
+ * The batch, everything it points to, hidden_in and the output buffers must stay valid and unchanged until the
+ * request's completion is taken. The error of a failed step travels in its completion (the worker's own
+ * glm53_last_error is not the caller's). Freeing the model cancels what is queued and waits for the step that
+ * is running. */
+typedef struct glm53_step_request {
+    int32_t            mtp_layer;   /* -1: a step of the model (glm53_model_step); >= 0: of that MTP layer */
+    const glm53_batch *batch;
+    const float       *hidden_in;   /* MTP steps: as glm53_model_mtp_step */
+    glm53_step_output *out;
+    uint64_t           tag;         /* the caller's, handed back with the completion */
+} glm53_step_request;
+
+typedef struct glm53_step_completion {
+    uint64_t tag;
+    int32_t  status;                /* glm53_status of the step */
+    int32_t  n_out;                 /* output rows written */
+    char     error[512];            /* the step's error message ("" when it succeeded) */
+} glm53_step_completion;
+
+/* Queues a step. Fails at once (nothing queued) when the request is malformed or names a sequence that is not
+ * live; everything else the step checks is reported in its completion. */
+GLM53_API glm53_status glm53_model_submit(glm53_model *model, const glm53_step_request *request);
+/* The worker's completion descriptor (an eventfd; starts the worker); -1 with the error set on failure. */
+GLM53_API int32_t      glm53_model_completion_fd(glm53_model *model);
+/* Takes the oldest completion: 1 when one was taken into *out, 0 when none is waiting. Never blocks. */
+GLM53_API int32_t      glm53_model_poll(glm53_model *model, glm53_step_completion *out);
+/* Waits for the oldest completion; GLM53_ERR_INVALID_ARG when nothing is queued or running. */
+GLM53_API glm53_status glm53_model_wait(glm53_model *model, glm53_step_completion *out);
 
 /* ------------------------------------------------------------------------------------------------------------
  * MTP (multi-token prediction) layers, for speculative drafting. The checkpoint stores them after the main

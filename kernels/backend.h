@@ -1,19 +1,38 @@
 /*
- * backend.h - the op table every compute backend (kernels/cpu, kernels/cuda) implements.
+ * backend.h - the interface every compute backend (kernels/cpu, kernels/cuda) implements: one static op table
+ * per backend, and backend instances that each own one device and one stream.
  *
- * The model graph (core/model.c) is written once against this table. A backend owns its memory (activations,
- * caches, uploaded weights) and runs ops on tensors that live on its device. The CPU backend is also the
+ * The model graph (core/engine) is written once against this table. A backend instance owns its memory
+ * (activations, caches, uploaded weights) and runs ops on tensors that live on its device, in order on its
+ * stream; several instances (several GPUs of one process, say) share nothing. The CPU backend is also the
  * reference: every CUDA op is tested against the CPU op of the same name on the same inputs (tests/cuda).
+ * docs/architecture.md has the math each op implements; the comments here are the exact contracts.
+ *
+ * The table is grouped by op family, and each family lives in a file of the same name in every backend
+ * (kernels/cpu/<family>.c, kernels/cuda/<family>.cu): linear, norm, elementwise, gather, mhc, kda,
+ * kpool_indexer, sparse_mla, moe, vision. Memory ops are the backend's own file (cpu_backend.c,
+ * cuda_backend.cu).
+ *
+ * Required and optional entries. Every compute op and every memory op is required. The entries marked
+ * OPTIONAL may be NULL: asynchronous copies (the synchronous ones run instead), pinned host memory (malloc),
+ * stream capture into graphs (the backend cannot capture), device-side expert tables, counters, and fused ops
+ * (the generic chain of ops they replace runs instead; a fused op keeps the generic chain's rounding points, so
+ * it may differ from it only in F32 accumulation order).
  *
  * Conventions for every op below
  *   - Tensors are contiguous and row-major. "rows" of a tensor = product of all dims but the last.
- *   - Shapes are given as [dims]; M = rows, the names are the ones used in the model docs (docs/model.md).
+ *   - Shapes are given as [dims]; M = rows, the names are the ones used in docs/architecture.md.
  *   - Activations (x, y) are F32 on the CPU backend; the CUDA backend also accepts BF16 where it says so.
  *     Weights (w) may be F32, BF16, F16, or F8_E4M3 with a block scale (glm53_tensor.scale).
  *   - Accumulation is always F32 (F64 nowhere in the engine; F64 is for test references).
  *   - Outputs never alias inputs unless the op says "in place allowed".
- *   - An op returns GLM53_OK or a backend failure (CUDA error) through GLM53_FAIL; shape mismatches are
- *     programming errors and are asserted, not returned.
+ *   - Index arguments (ids, positions, slots) are I32 tensors on the backend's device, so that a step's
+ *     metadata is device data and a captured step can be replayed without host work.
+ *   - An op only enqueues work: it returns GLM53_OK or a failure to launch (GLM53_FAIL); failures inside
+ *     kernels (an out-of-range index) surface at the next sync or download. Shape mismatches are programming
+ *     errors and are asserted, not returned.
+ *   - Scratch an op needs for itself comes from be->workspace when the engine has set one (a planned step),
+ *     so a step that has run once allocates nothing and can be captured.
  */
 #ifndef GLM53_BACKEND_H
 #define GLM53_BACKEND_H
@@ -24,7 +43,10 @@
 extern "C" {
 #endif
 
-typedef struct glm53_backend glm53_backend;
+typedef struct glm53_backend     glm53_backend;
+typedef struct glm53_backend_ops glm53_backend_ops;
+typedef struct glm53_workspace   glm53_workspace;   /* kernels/workspace.h */
+typedef struct glm53_graph       glm53_graph;       /* a captured stream of work, backend-specific */
 
 typedef enum glm53_unary_op {
     GLM53_UNARY_SIGMOID  = 0,   /* 1 / (1 + exp(-x)) */
@@ -40,30 +62,71 @@ typedef enum glm53_binary_op {
     GLM53_BINARY_MUL = 1,
 } glm53_binary_op;
 
-struct glm53_backend {
-    const char *name;        /* "cpu", "cuda" */
-    int32_t     device;      /* glm53_device */
-    int32_t     act_dtype;   /* dtype the graph allocates activations in: F32 (cpu), BF16 (cuda) */
-    void       *impl;        /* backend private state (thread pool, streams, handles) */
+/* The routed experts of one MoE layer as the moe ops take them: gate[e], up[e] [Fe, D] and down[e] [D, Fe]
+ * (any weight dtype). `device` is the backend's own table of them (prepare_experts), NULL until prepared. */
+typedef struct glm53_expert_set {
+    int32_t                    n_experts;
+    const glm53_tensor *const *gate, *const *up, *const *down;
+    void                      *device;
+} glm53_expert_set;
 
-    /* --- memory ------------------------------------------------------------------------------------------ */
+/* What a backend instance has done since it was made (OPTIONAL counters entry): the test hook that shows a
+ * steady-state step allocates nothing and never waits. */
+typedef struct glm53_backend_counters {
+    int64_t device_allocs;   /* allocations that reached the device allocator (cudaMalloc), not cache hits */
+    int64_t host_syncs;      /* times the host waited for the device (stream synchronisations, blocking copies) */
+} glm53_backend_counters;
+
+/* One backend instance: one device, one stream. */
+struct glm53_backend {
+    const glm53_backend_ops *ops;         /* the backend's static op table */
+    int32_t                  device;      /* glm53_device */
+    int32_t                  ordinal;     /* the CUDA device of this instance; 0 on the CPU */
+    void                    *stream;      /* the cudaStream_t every op of this instance is enqueued on; NULL on CPU */
+    int32_t                  act_dtype;   /* dtype the graph allocates activations in: F32 (cpu), BF16 (cuda) */
+    glm53_workspace         *workspace;   /* set by the engine for the duration of a planned step, else NULL */
+    void                    *impl;        /* backend private state (thread pool, handles, allocator) */
+};
+
+struct glm53_backend_ops {
+    const char *name;   /* "cpu", "cuda" */
+
+    /* === memory (cpu_backend.c, cuda_backend.cu) ============================================================== */
     /* t->dtype, ndim and shape are set by the caller; alloc sets contiguous strides and data (uninitialised). */
     glm53_status (*alloc)(glm53_backend *be, glm53_tensor *t);
     void         (*release)(glm53_backend *be, glm53_tensor *t);   /* frees t->data, sets it to NULL */
-    /* Host <-> backend copies of glm53_tensor_nbytes(t) bytes. On the CPU backend these are memcpy. */
+    /* Host <-> backend copies of glm53_tensor_nbytes(t) bytes, complete when they return (blocking). */
     glm53_status (*upload)(glm53_backend *be, glm53_tensor *dst, const void *host_src);
     glm53_status (*download)(glm53_backend *be, void *host_dst, const glm53_tensor *src);
     /* dst = src, same numel; converts between F32 and BF16 when dtypes differ. */
     glm53_status (*copy)(glm53_backend *be, glm53_tensor *dst, const glm53_tensor *src);
     glm53_status (*fill)(glm53_backend *be, glm53_tensor *t, float value);
+    /* Waits until every op enqueued so far has run, and reports a kernel failure or a recorded bad index. */
     glm53_status (*sync)(glm53_backend *be);
     void         (*destroy)(glm53_backend *be);
 
-    /* --- linear algebra ---------------------------------------------------------------------------------- */
+    /* OPTIONAL. Copies enqueued on the stream, ordered with the ops; the host side must be memory from
+     * host_alloc and must stay untouched until a sync. */
+    glm53_status (*upload_async)(glm53_backend *be, glm53_tensor *dst, const void *pinned_src);
+    glm53_status (*download_async)(glm53_backend *be, void *pinned_dst, const glm53_tensor *src);
+    /* OPTIONAL. Page-locked host memory the async copies can use (NULL entries: plain malloc / free). */
+    glm53_status (*host_alloc)(glm53_backend *be, size_t bytes, void **out);
+    void         (*host_free)(glm53_backend *be, void *ptr);
+    /* OPTIONAL. Stream capture: between capture_begin and capture_end the ops of this instance are recorded, not
+     * run, into a graph that graph_launch replays on the stream with the same pointers. A call that would
+     * allocate device memory or wait for the device while capturing fails the capture. */
+    glm53_status (*capture_begin)(glm53_backend *be);
+    glm53_status (*capture_end)(glm53_backend *be, glm53_graph **out);
+    glm53_status (*graph_launch)(glm53_backend *be, glm53_graph *graph);
+    void         (*graph_free)(glm53_backend *be, glm53_graph *graph);
+    /* OPTIONAL. Counters since the instance was made. */
+    void         (*counters)(glm53_backend *be, glm53_backend_counters *out);
+
+    /* === linear (linear.c / linear.cu) ======================================================================== */
     /* y[M,N] = x[M,K] * w[N,K]^T. w: F32, BF16, F16, or F8_E4M3 with scale (dequantised on the fly). */
     glm53_status (*matmul)(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x, const glm53_tensor *w);
 
-    /* --- normalisation ----------------------------------------------------------------------------------- */
+    /* === norm (norm.c / norm.cu) ============================================================================== */
     /* y[M,D] = x / sqrt(mean(x^2) + eps) * w; w[D] may be NULL (unweighted). In place allowed. */
     glm53_status (*rmsnorm)(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x, const glm53_tensor *w,
                             float eps);
@@ -74,8 +137,12 @@ struct glm53_backend {
     glm53_status (*l2norm)(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x, float eps, float scale);
     /* y[M,N] = softmax over each row, max-subtracted. In place allowed. */
     glm53_status (*softmax)(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x);
+    /* KDA output norm: per row of x[M,d] (M = N*heads): y = rmsnorm(x, w[d], eps) * sigmoid(gate), in F32,
+     * one rounding at the end. gate[M,d]. In place allowed (y == x). */
+    glm53_status (*rmsnorm_gated)(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x,
+                                  const glm53_tensor *gate, const glm53_tensor *w, float eps);
 
-    /* --- elementwise ------------------------------------------------------------------------------------- */
+    /* === elementwise (elementwise.c / elementwise.cu) ========================================================= */
     /* y = op(x), same shape. In place allowed. */
     glm53_status (*unary)(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x, glm53_unary_op op);
     /* y[M,N] = a[M,N] op b, where b is [M,N] or a row vector [N] broadcast over rows. In place (y == a). */
@@ -86,31 +153,26 @@ struct glm53_backend {
     /* Clamped SwiGLU: y[M,F] = silu(min(gate, limit)) * clamp(up, -limit, limit); limit <= 0: no clamp. */
     glm53_status (*swiglu)(glm53_backend *be, glm53_tensor *y, const glm53_tensor *gate, const glm53_tensor *up,
                            float limit);
+    /* OPTIONAL fused: y[M,F] = swiglu(x * w_gate^T, x * w_up^T, limit), x[M,D], w_gate and w_up [F,D], with the
+     * generic chain's roundings (gate and up rounded to y's dtype before the SwiGLU). */
+    glm53_status (*swiglu_gate_up)(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x,
+                                   const glm53_tensor *w_gate, const glm53_tensor *w_up, float limit);
 
-    /* --- convolution ------------------------------------------------------------------------------------- */
-    /* Depthwise causal conv1d. x[T+K-1, C] holds K-1 history rows then T new rows; w[C,K] (the checkpoint's
-     * [C,1,K] viewed 2-D) may be F32 or BF16. y[T,C][t][c] = sum_i w[c][i] * x[t+i][c]. */
-    glm53_status (*conv1d_causal)(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x,
-                                  const glm53_tensor *w);
-
-    /* --- selection and indexing -------------------------------------------------------------------------- */
+    /* === gather: selection and indexing (gather.c / gather.cu) ================================================ */
     /* Per row of x[M,N] (F32): the k largest values, descending; ties go to the lower index; NaN never wins.
      * vals[M,k] F32, idx[M,k] I32. k <= N. */
     glm53_status (*topk)(glm53_backend *be, glm53_tensor *vals, glm53_tensor *idx, const glm53_tensor *x,
                          int32_t k);
-    /* y[M,D] = table[ids[m]] (embedding lookup). table: any weight dtype; ids I32 [M], each in [0, V). */
+    /* y[M,D] = table[ids[m]] (embedding lookup, cache reads). table: any weight dtype or an activation; ids I32
+     * [M], each in [0, V). */
     glm53_status (*gather_rows)(glm53_backend *be, glm53_tensor *y, const glm53_tensor *table,
                                 const glm53_tensor *ids);
     /* y[ids[m]] = x[m] for m in [0, M); y[V,D], x[M,D]; ids distinct. */
     glm53_status (*scatter_rows)(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x,
                                  const glm53_tensor *ids);
 
-    /* === GLM-5.3 model ops ===================================================================================
-     * The blocks of glm53-architecture.md section 4 that are more than a chain of the ops above. S = hc_mult
-     * residual streams, D = hidden size, T = rows of one sequence in this step, N = rows of the whole batch.
-     */
-
-    /* --- mHC (manifold-constrained hyper-connections), section 4.3 --------------------------------------- */
+    /* === mhc: manifold-constrained hyper-connections (mhc.c / mhc.cu) ========================================
+     * S = hc_mult residual streams, D = hidden size, N = rows of the batch. */
     /* H[N,S,D] = x[N,D] copied into every stream (the embedding enters all S streams). */
     glm53_status (*mhc_expand)(glm53_backend *be, glm53_tensor *H, const glm53_tensor *x);
     /* The pre step of one site: from streams H[N,S,D] and the site's fn[(2+S)*S, S*D] (F32/BF16 weight),
@@ -131,7 +193,11 @@ struct glm53_backend {
     /* y[N,D] = mean over the S streams of H[N,S,D] (the final collapse). */
     glm53_status (*mhc_mean)(glm53_backend *be, glm53_tensor *y, const glm53_tensor *H);
 
-    /* --- KDA (Kimi delta attention), section 4.5 -------------------------------------------------------- */
+    /* === kda: Kimi delta attention (kda.c / kda.cu) ========================================================== */
+    /* Depthwise causal conv1d. x[T+K-1, C] holds K-1 history rows then T new rows; w[C,K] (the checkpoint's
+     * [C,1,K] viewed 2-D) may be F32 or BF16. y[T,C][t][c] = sum_i w[c][i] * x[t+i][c]. */
+    glm53_status (*conv1d_causal)(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x,
+                                  const glm53_tensor *w);
     /* Per-channel forget gate, F32 out: with f[N,C] (C = heads*dk), A_log[heads], dt_bias[C] (F32 weights),
      *   has_lower_bound: g = lower_bound * sigmoid(exp(A_log[h]) * (f + dt_bias))
      *   else:            g = -exp(A_log[h]) * softplus(f + dt_bias)        (torch threshold 20)
@@ -142,18 +208,14 @@ struct glm53_backend {
      *   S <- S * exp(g_t) (row i scaled by exp(g_t[i])); u = beta_t * (v_t - S^T k_t); S <- S + k_t u^T;
      *   o_t = S^T q_t.
      * q[T,H,dk] and k[T,H,dk] arrive L2-normalised (q also scaled by dk^-1/2); v[T,H,dv]; g[T,H,dk] and
-     * beta[T,H] F32; o[T,H,dv]. state[H,dk,dv] F32 is read at the start and holds the final state at the end
-     * (in/out). snapshots is NULL or an array of T pointers: a non-NULL snapshots[t] ([H,dk,dv] F32) receives
-     * the state after row t (speculative rollback). A snapshot may be the same tensor as state. */
+     * beta[T,H] F32; o[T,H,dv]. states[ring,H,dk,dv] F32 is the sequence's ring of states: the recurrence starts
+     * from states[slots[0]], and after row t the state goes to states[slots[1 + t]] when that is >= 0 (the
+     * last row's must be). slots[T + 1] I32. slots[1 + t] may equal slots[0] (a ring of one). */
     glm53_status (*kda_recurrent)(glm53_backend *be, glm53_tensor *o, const glm53_tensor *q, const glm53_tensor *k,
                                   const glm53_tensor *v, const glm53_tensor *g, const glm53_tensor *beta,
-                                  glm53_tensor *state, glm53_tensor *const *snapshots);
-    /* KDA output norm: per row of x[M,d] (M = N*heads): y = rmsnorm(x, w[d], eps) * sigmoid(gate), in F32,
-     * one rounding at the end. gate[M,d]. In place allowed (y == x). */
-    glm53_status (*rmsnorm_gated)(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x,
-                                  const glm53_tensor *gate, const glm53_tensor *w, float eps);
+                                  glm53_tensor *states, const glm53_tensor *slots);
 
-    /* --- KPool indexer and sparse MLA, sections 4.6-4.7 ------------------------------------------------- */
+    /* === kpool_indexer: the KPool indexer (kpool_indexer.c / kpool_indexer.cu) =============================== */
     /* Pooled keys of n_pools closed pools of P tokens: for pool g and channel c,
      *   a_i = sigma[g*P+i][c] + ape[i][c];  pi = softmax_i(a);  pooled[g][c] = sum_i pi_i * kappa[g*P+i][c].
      * kappa[n_pools*P, dI], sigma[n_pools*P, dI] (activations), ape[P, dI] weight, pooled[n_pools, dI] F32. */
@@ -163,13 +225,13 @@ struct glm53_backend {
      *   scores[t][g] = sum_h w[t][h] * relu(scale * Q[t,h] . pooled[g])   for g < n_closed[t]
      *   scores[t][g] = -inf                                               otherwise (not yet closed for row t)
      * Q[T,Hi,dI] activation, w[T,Hi] F32 (already times Hi^-1/2), pooled[G,dI] F32, n_closed[T] I32, scores[T,G]
-     * F32. */
+     * F32. Sums of ReLUs: many pools score exactly 0, so ties are the common case, not the exception. */
     glm53_status (*kpool_score)(glm53_backend *be, glm53_tensor *scores, const glm53_tensor *Q,
                                 const glm53_tensor *w, const glm53_tensor *pooled, const glm53_tensor *n_closed,
                                 float scale);
     /* Selected token positions per query row, from its scores (or none when every closed pool fits):
      * for the row at absolute position p, L = p + 1 visible tokens, G = L / P closed pools:
-     *   G <= n_select: pools 0..G-1;  else the n_select best pools by score (ties to the lower pool);
+     *   G <= n_select: pools 0..G-1;  else the n_select best pools by score (equal scores: the lower pool);
      *   the chosen pools in ascending order, each expanded to positions g*P .. g*P+P-1; then, with_tail, the
      *   open pool's L - L%P .. L-1. (The order is pinned so every backend sums attention in the same order.)
      * idx[T, n_select*P + (with_tail ? P-1 : 0)] I32, -1 padded. pos[T] I32 are the rows' absolute
@@ -177,8 +239,10 @@ struct glm53_backend {
      * (possible only without the tail) makes sparse_mla write zeros for it. */
     glm53_status (*kpool_select)(glm53_backend *be, glm53_tensor *idx, const glm53_tensor *scores,
                                  const glm53_tensor *pos, int32_t pool_size, int32_t n_select, int32_t with_tail);
-    /* Sparse MLA over latent rows, absorbed form. For row t and head h, with the key rows Wk = kv_b[h*(dk+dv)
-     * .. +dk) and value rows Wv = kv_b[h*(dk+dv)+dk .. +dv) of kv_b[H*(dk+dv), R]:
+
+    /* === sparse_mla: NoPE MLA over the selected positions (sparse_mla.c / sparse_mla.cu) ===================== */
+    /* Absorbed form over latent rows. For row t and head h, with the key rows Wk = kv_b[h*(dk+dv) .. +dk) and
+     * value rows Wv = kv_b[h*(dk+dv)+dk .. +dv) of kv_b[H*(dk+dv), R]:
      *   qh = Wk^T q[t,h] (R);  s_j = scale * qh . latent[j] for j in idx[t] (-1 entries skipped);
      *   p = softmax(s);  o[t,h] = Wv (sum_j p_j latent[j]).
      * q[T,H,dk], latent[cap,R] (the sequence's latent cache), idx[T,W] I32, o[T,H,dv]. */
@@ -186,7 +250,7 @@ struct glm53_backend {
                                const glm53_tensor *latent, const glm53_tensor *idx, const glm53_tensor *kv_b,
                                float scale);
 
-    /* --- MoE, section 4.8 ------------------------------------------------------------------------------- */
+    /* === moe (moe.c / moe.cu) ================================================================================ */
     /* Router selection from F32 logits[N,E] and bias[E] (e_score_correction_bias, F32):
      *   s = sigmoid(logits); s' = s + bias; with n_group > 1 keep the topk_group groups with the largest
      *   (sum of the two largest s' in the group) and mask the rest; ids = top-k of s' (ties to lower id);
@@ -196,18 +260,21 @@ struct glm53_backend {
     glm53_status (*moe_route)(glm53_backend *be, glm53_tensor *ids, glm53_tensor *weights,
                               const glm53_tensor *logits, const glm53_tensor *bias, int32_t n_group,
                               int32_t topk_group, int32_t norm, float scaling);
-    /* Routed experts: y[N,D] = sum_k weights[n,k] * down_e(swiglu(gate_e x, up_e x, limit)), e = ids[n,k].
-     * gate[E], up[E]: [F,D] and down[E]: [D,F] expert weights (any weight dtype). y is overwritten. */
+    /* Routed experts: y[N,D] = sum_k weights[n,k] * down_e(swiglu(gate_e x, up_e x, limit)), e = ids[n,k],
+     * summed in F32 and rounded once (in ascending expert order on the CPU, slot order k = 0..K-1 on CUDA).
+     * gate and up are rounded to x's dtype before the SwiGLU, its result too (the roundings of the chain
+     * matmul, matmul, swiglu, matmul). y is overwritten. */
     glm53_status (*moe_experts)(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x,
                                 const glm53_tensor *ids, const glm53_tensor *weights,
-                                const glm53_tensor *const *gate, const glm53_tensor *const *up,
-                                const glm53_tensor *const *down, int32_t n_experts, float limit);
+                                const glm53_expert_set *experts, float limit);
+    /* OPTIONAL. Builds experts->device (the backend's table of the expert weights, made once at load, so a step
+     * never uploads pointers), and releases it. */
+    glm53_status (*prepare_experts)(glm53_backend *be, glm53_expert_set *experts);
+    void         (*release_experts)(glm53_backend *be, glm53_expert_set *experts);
 
-    /* === Vision ops ==========================================================================================
-     * The vision tower (glm53-architecture.md section 4.11, core/vision.c) beyond the ops above: its 2-D rotary
-     * embedding and its bidirectional attention within images. M = patch rows, H heads, d head dim. Biases are
-     * the binary op with a row vector; the Conv3d patch embedding and the 2x2 downsample Conv2d are matmuls.
-     */
+    /* === vision (vision.c / vision.cu) =======================================================================
+     * The vision tower's own ops: M = patch rows, H heads, d head dim. Biases are the binary op with a row
+     * vector; the Conv3d patch embedding and the 2x2 downsample Conv2d are matmuls. */
     /* 2-D axial RoPE, rotate-half form, on x[M,H,d] (d % 4 == 0) with pos[M,2] I32 = (row, col) per row:
      *   inv_freq[i] = 1 / theta^(2i / (d/2)) for i < d/4, in F32 (powf, then the reciprocal);
      *   a[d/2] = [row * inv_freq | col * inv_freq] (F32 products);  e = [a | a];
@@ -225,10 +292,13 @@ struct glm53_backend {
                                        float scale);
 };
 
-/* Backend constructors. n_threads 0 = all online cores. cuda returns GLM53_ERR_BACKEND when the library was
- * built without CUDA or no device is present. */
+/* Backend instances. n_threads 0 = all online cores. cuda: one instance per call, each with its own stream on
+ * device `ordinal`; GLM53_ERR_BACKEND when the library was built without CUDA or no such device is present. */
 glm53_status glm53_backend_cpu_create(int32_t n_threads, glm53_backend **out);
-glm53_status glm53_backend_cuda_create(int32_t device_ordinal, glm53_backend **out);
+glm53_status glm53_backend_cuda_create(int32_t ordinal, glm53_backend **out);
+
+/* The counters of an instance (zeros when its backend keeps none). */
+void glm53_backend_counters_get(glm53_backend *be, glm53_backend_counters *out);
 
 #ifdef __cplusplus
 }

@@ -77,6 +77,8 @@ size_t  glm53_tensor_nbytes(const glm53_tensor *t);
 int64_t glm53_tensor_rows(const glm53_tensor *t);
 /* A view of rows [row0, row0 + n) of a contiguous tensor (first dim), sharing its data. */
 glm53_tensor glm53_tensor_rows_view(const glm53_tensor *t, int64_t row0, int64_t n);
+/* "[d0, d1, ...]" of a shape into buf (truncated to size), for error messages; returns buf. */
+const char  *glm53_shape_string(int32_t ndim, const int64_t *shape, char *buf, size_t size);
 /* The same data as a contiguous tensor of another shape [d0, d1, d2] (first ndim dims; same element count). */
 glm53_tensor glm53_tensor_reshape(const glm53_tensor *t, int ndim, int64_t d0, int64_t d1, int64_t d2);
 

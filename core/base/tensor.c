@@ -6,6 +6,8 @@
  */
 #include "core/base/base.h"
 
+#include <stdio.h>
+
 #include <pthread.h>
 #include <stdlib.h>
 
@@ -199,4 +201,12 @@ int32_t glm53_argmax_f32(const float *x, int64_t n) {
     for (int64_t i = 1; i < n; i++)
         if (x[i] > x[best] || (x[best] != x[best] && x[i] == x[i])) best = i;
     return (int32_t)best;
+}
+
+const char *glm53_shape_string(int32_t ndim, const int64_t *shape, char *buf, size_t size) {
+    size_t n = (size_t)snprintf(buf, size, "[");
+    for (int i = 0; i < ndim && n < size; i++)
+        n += (size_t)snprintf(buf + n, size - n, i ? ", %lld" : "%lld", (long long)shape[i]);
+    if (n < size) snprintf(buf + n, size - n, "]");
+    return buf;
 }

@@ -5,11 +5,14 @@
  * the model's cache budget is checked once, at creation. Per layer it holds (model.h, layer_cache):
  *   KDA: rings of the last conv_width raw q/k/v rows, and a ring of `ring` recurrent states where the state
  *        after length n lives in slot n % ring;
- *   DSA: the normalised MLA latent row of every position; with an indexer also the raw indexer key and pool
- *        gate scores of every position and the pooled key of every closed pool.
+ *   sparse MLA: the normalised MLA latent row of every position; with an indexer also the raw indexer key
+ *        and pool gate scores of every position and the pooled key of every closed pool.
  * Rolling back over up to max_rollback tokens therefore needs no recomputation: the KDA slot of the shorter
- * length is still there, the conv ring still holds the K-1 rows before it, and DSA rows past the new length are
+ * length is still there, the conv ring still holds the K-1 rows before it, and sparse MLA rows past the new length are
  * simply overwritten later (a pool is recompressed when it closes again).
+ *
+ * Freeing a sequence that a running (or queued) step includes only marks it: it leaves the model's list of live
+ * sequences at once, so no later step accepts it, and its memory goes when the step ends.
  */
 #include "core/engine/model.h"
 
@@ -25,7 +28,7 @@ static void seq_release(glm53_seq *s) {
             glm53_tensor *all[] = {&lc->conv[0], &lc->conv[1], &lc->conv[2], &lc->states, &lc->latent,
                                    &lc->kappa, &lc->sigma, &lc->pooled};
             for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-                if (all[i]->data) be->release(be, all[i]);
+                if (all[i]->data) be->ops->release(be, all[i]);
         }
     }
     free(s->layers);
@@ -39,7 +42,7 @@ static glm53_status cache_tensor(glm53_seq *s, glm53_tensor *t, int dtype, int n
                                  int64_t d2, int64_t d3) {
     glm53_backend *be = s->model->be;
     *t = (glm53_tensor){.dtype = dtype, .device = be->device, .ndim = ndim, .shape = {d0, d1, d2, d3}};
-    GLM53_TRY(be->alloc(be, t));
+    GLM53_TRY(be->ops->alloc(be, t));
     return GLM53_OK;
 }
 
@@ -76,7 +79,7 @@ glm53_status glm53_seq_alloc(glm53_model *m, const glm53_seq_params *params, glm
     bool fits = m->params.cache_bytes_max <= 0 || m->cache_bytes + need <= m->params.cache_bytes_max;
     if (fits) {
         m->cache_bytes += need;
-        m->live_seqs++;
+        m->held_seqs++;
     }
     int64_t in_use = m->cache_bytes;
     pthread_mutex_unlock(&m->lock);
@@ -111,7 +114,7 @@ glm53_status glm53_seq_alloc(glm53_model *m, const glm53_seq_params *params, glm
             for (int j = 0; j < 3 && st == GLM53_OK; j++) st = cache_tensor(s, &lc->conv[j], act, 2, conv_width, C, 0, 0);
             if (st == GLM53_OK) st = cache_tensor(s, &lc->states, GLM53_F32, 4, ring, c->linear_num_heads, dk, dk);
             /* Slot 0 is the state of the empty sequence. */
-            if (st == GLM53_OK) st = m->be->fill(m->be, &lc->states, 0.0f);
+            if (st == GLM53_OK) st = m->be->ops->fill(m->be, &lc->states, 0.0f);
         } else {
             st = cache_tensor(s, &lc->latent, act, 2, p.max_tokens, c->kv_lora_rank, 0, 0);
             if (st == GLM53_OK && (!main_layer || c->indexer_types[l] == GLM53_INDEXER_FULL)) {
@@ -121,15 +124,29 @@ glm53_status glm53_seq_alloc(glm53_model *m, const glm53_seq_params *params, glm
             }
         }
     }
+    if (st == GLM53_OK) {
+        s->bytes = need;
+        pthread_mutex_lock(&m->lock);
+        if (m->n_live == m->cap_live) {
+            int64_t cap = m->cap_live ? 2 * m->cap_live : 16;
+            glm53_seq **grown = realloc(m->live, (size_t)cap * sizeof *grown);
+            if (grown) {
+                m->live = grown;
+                m->cap_live = cap;
+            }
+        }
+        if (m->n_live < m->cap_live) m->live[m->n_live++] = s;
+        else st = GLM53_FAIL(GLM53_ERR_OUT_OF_MEMORY, "no memory for the list of sequences");
+        pthread_mutex_unlock(&m->lock);
+    }
     if (st != GLM53_OK) {
         if (s) seq_release(s);
         pthread_mutex_lock(&m->lock);
         m->cache_bytes -= need;
-        m->live_seqs--;
+        m->held_seqs--;
         pthread_mutex_unlock(&m->lock);
         return st;
     }
-    s->bytes = need;
     *out = s;
     return GLM53_OK;
 }
@@ -176,7 +193,7 @@ glm53_status glm53_seq_fork(const glm53_seq *src, int64_t n_tokens, glm53_seq **
         glm53_tensor *to[] = {&b->conv[0], &b->conv[1], &b->conv[2], &b->states, &b->latent, &b->kappa,
                               &b->sigma, &b->pooled};
         for (size_t i = 0; i < sizeof from / sizeof from[0] && st == GLM53_OK; i++)
-            if (from[i]->data) st = be->copy(be, to[i], from[i]);
+            if (from[i]->data) st = be->ops->copy(be, to[i], from[i]);
     }
     if (st != GLM53_OK) {
         glm53_seq_free(dst);
@@ -222,7 +239,7 @@ glm53_status glm53_seq_mtp_truncate(glm53_seq *seq, int32_t mtp_layer, int64_t n
     if (n_tokens < 0 || n_tokens > seq->mtp_length[mtp_layer])
         return GLM53_FAIL(GLM53_ERR_OUT_OF_RANGE, "seq_mtp_truncate: length %lld is outside [0, %lld]",
                           (long long)n_tokens, (long long)seq->mtp_length[mtp_layer]);
-    /* The MTP layer's cache is DSA only: rows past the new length are rewritten later, nothing to restore. */
+    /* The MTP layer's cache is sparse MLA only: rows past the new length are rewritten later, nothing to restore. */
     seq->mtp_length[mtp_layer] = n_tokens;
     return GLM53_OK;
 }
@@ -231,14 +248,50 @@ int64_t glm53_seq_length(const glm53_seq *seq) { return seq ? seq->length : 0; }
 int64_t glm53_seq_capacity(const glm53_seq *seq) { return seq ? seq->params.max_tokens : 0; }
 int64_t glm53_seq_cache_bytes(const glm53_seq *seq) { return seq ? seq->bytes : 0; }
 
-void glm53_seq_free(glm53_seq *seq) {
-    if (!seq) return;
+bool glm53_seq_is_live(const glm53_model *m, const glm53_seq *seq) {
+    for (int64_t i = 0; i < m->n_live; i++)
+        if (m->live[i] == seq) return true;
+    return false;
+}
+
+void glm53_seq_step_begin(glm53_seq *const *seqs, int32_t n) {
+    for (int32_t i = 0; i < n; i++) seqs[i]->in_step++;
+}
+
+/* Frees a sequence's memory and its share of the model's accounting; the model goes too if it was freed and
+ * this was the last sequence it held. Called without the model lock. */
+static void seq_destroy(glm53_seq *seq) {
     glm53_model *m = seq->model;
     int64_t bytes = seq->bytes;
     seq_release(seq);
     pthread_mutex_lock(&m->lock);
     m->cache_bytes -= bytes;
-    bool last = --m->live_seqs == 0 && m->free_requested;
+    bool last = --m->held_seqs == 0 && m->free_requested;
     pthread_mutex_unlock(&m->lock);
     if (last) glm53_model_destroy(m);
+}
+
+void glm53_seq_step_end(glm53_model *m, glm53_seq *const *seqs, int32_t n) {
+    for (int32_t i = 0; i < n; i++) {
+        pthread_mutex_lock(&m->lock);
+        bool release = --seqs[i]->in_step == 0 && seqs[i]->free_requested;
+        pthread_mutex_unlock(&m->lock);
+        if (release) seq_destroy(seqs[i]);
+    }
+}
+
+void glm53_seq_free(glm53_seq *seq) {
+    if (!seq) return;
+    glm53_model *m = seq->model;
+    pthread_mutex_lock(&m->lock);
+    for (int64_t i = 0; i < m->n_live; i++)
+        if (m->live[i] == seq) {
+            m->live[i] = m->live[--m->n_live];
+            break;
+        }
+    /* Freed while a step uses it (the server cancelling a request): it goes when that step ends. */
+    bool defer = seq->in_step > 0;
+    seq->free_requested = true;
+    pthread_mutex_unlock(&m->lock);
+    if (!defer) seq_destroy(seq);
 }

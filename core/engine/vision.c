@@ -1,7 +1,8 @@
 /*
  * vision.c - the GLM-5.3-Flash vision tower (checkpoint model.visual.*): loading its weights and encoding pixel
  * rows into text-space embedding rows, exactly as transformers' Glm5NextVisionModel computes them
- * (glm53-architecture.md section 4.11). Written once against the backend op table, like the text model:
+ * (docs/architecture.md section 8). Written once against the backend op table, like the text model, and loaded
+ * by the same loader (weights.c):
  *
  *   x[N,1176]  pixel rows (core/image.c), N patches in merge-block order
  *   h[N,Dv]    = x * W_patch^T + b                 (Conv3d with kernel = stride = (2,14,14): a matmul)
@@ -18,11 +19,11 @@
  * 1e-6, see the architecture notes). 2-D RoPE: theta 10000, (row, col) of the patch in its frame.
  *
  * Memory: work goes in chunks of whole segments (at most CHUNK_ROWS patch rows, or one larger segment), so a long
- * video does not need all its activations at once; every temporary is released after its chunk.
+ * video does not need all its activations at once; every chunk's temporaries are the step plan's scratch.
  */
 #include "core/engine/vision.h"
 
-#include "core/engine/arena.h"
+#include "core/engine/weights.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,140 +50,74 @@ struct glm53_vision {
     glm53_tensor  merger_proj;                      /* [Do, Do] */
     glm53_tensor  ln_w, ln_b;                       /* [Do] */
     glm53_tensor  m_gate, m_up, m_down;             /* [Pi, Do], [Pi, Do], [Do, Pi] */
-    glm53_tensor **owned;                           /* tensors this struct allocated on the backend */
-    int64_t       n_owned, cap_owned;
 };
 
 /* ------------------------------------------------------------------------------------------------------------
- * Loading
+ * Loading (weights.c places and owns everything)
  */
-static glm53_status own(glm53_vision *v, glm53_tensor *t) {
-    if (v->n_owned == v->cap_owned) {
-        int64_t cap = v->cap_owned ? 2 * v->cap_owned : 64;
-        glm53_tensor **grown = realloc(v->owned, (size_t)cap * sizeof *grown);
-        if (!grown) return GLM53_FAIL(GLM53_ERR_OUT_OF_MEMORY, "vision: no memory for the weight table");
-        v->owned = grown;
-        v->cap_owned = cap;
-    }
-    v->owned[v->n_owned++] = t;
-    return GLM53_OK;
-}
-
-/* A new backend tensor of `dtype` and shape [d0] or [d0, d1] filled from host memory; owned by v. */
-static glm53_status upload_new(glm53_model *m, glm53_vision *v, int32_t dtype, int ndim, int64_t d0, int64_t d1,
-                               const void *host, const char *name, glm53_tensor *out) {
-    glm53_tensor *t = calloc(1, sizeof *t);
-    if (!t) return GLM53_FAIL(GLM53_ERR_OUT_OF_MEMORY, "vision: no memory for %s", name);
-    *t = (glm53_tensor){.dtype = dtype, .device = m->be->device, .ndim = ndim, .shape = {d0, d1}, .name = name};
-    glm53_status st = m->be->alloc(m->be, t);
-    if (st != GLM53_OK) {
-        free(t);
-        return st;
-    }
-    st = own(v, t);
-    if (st != GLM53_OK) {
-        m->be->release(m->be, t);
-        free(t);
-        return st;
-    }
-    GLM53_TRY(m->be->upload(m->be, t, host));
-    m->weight_bytes += (int64_t)glm53_tensor_nbytes(t);
-    *out = *t;
-    return GLM53_OK;
-}
-
 /* The checkpoint tensor model.visual.<name> with shape dims[0..ndim) (-1: any). */
 static glm53_status find(glm53_model *m, const char *name, int ndim, const int64_t *dims, const glm53_tensor **out) {
     char full[256];
     snprintf(full, sizeof full, "model.visual.%s", name);
-    GLM53_TRY(glm53_checkpoint_find(m->ckpt, full, out));
-    const glm53_tensor *t = *out;
-    bool ok = t->ndim == ndim;
-    for (int i = 0; ok && i < ndim; i++) ok = dims[i] < 0 || t->shape[i] == dims[i];
-    if (!ok) {
-        char got[96] = "", want[96] = "";
-        for (int i = 0; i < t->ndim; i++)
-            snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", i ? ", " : "", (long long)t->shape[i]);
-        for (int i = 0; i < ndim; i++)
-            snprintf(want + strlen(want), sizeof want - strlen(want), "%s%lld", i ? ", " : "", (long long)dims[i]);
-        return GLM53_FAIL(GLM53_ERR_FORMAT, "tensor '%s' has shape [%s], the vision config implies [%s]", full, got,
-                          want);
-    }
-    if (t->dtype != GLM53_F32 && t->dtype != GLM53_BF16 && t->dtype != GLM53_F16 && t->dtype != GLM53_F8_E4M3)
-        return GLM53_FAIL(GLM53_ERR_FORMAT, "tensor '%s' has dtype %s, expected a float weight", full,
-                          glm53_dtype_name((glm53_dtype)t->dtype));
-    return GLM53_OK;
+    return glm53_weight_find(m, full, ndim, dims, "the vision config", out);
 }
 
-/* A weight used as is: on the CPU the mmapped tensor, on a device a copy (with its FP8 scale). */
-static glm53_status place(glm53_model *m, glm53_vision *v, const glm53_tensor *host, glm53_tensor *out) {
-    if (m->be->device == GLM53_DEVICE_CPU) {
-        *out = *host;
-        m->weight_bytes += (int64_t)glm53_tensor_nbytes(host);
-        return GLM53_OK;
-    }
+/* A weight used as is: on the CPU the mmapped tensor, on a device a copy. */
+static glm53_status place(glm53_model *m, const glm53_tensor *host, glm53_tensor *out) {
     if (host->scale)
         return GLM53_FAIL(GLM53_ERR_UNSUPPORTED, "vision: FP8 weight %s: the vision tower is BF16 in every released "
                           "checkpoint and FP8 vision weights are not supported", host->name ? host->name : "?");
-    glm53_tensor h = *host;
-    glm53_tensor_set_contiguous(&h);
-    GLM53_TRY(upload_new(m, v, h.dtype, 2, glm53_tensor_rows(&h), h.ndim ? h.shape[h.ndim - 1] : 1, h.data,
-                         host->name, out));
-    out->ndim = host->ndim;
-    memcpy(out->shape, host->shape, sizeof out->shape);
-    glm53_tensor_set_contiguous(out);
-    return GLM53_OK;
+    return glm53_weight_place(m, host, GLM53_SHARD_WHOLE, out);
 }
 
-static glm53_status load_weight(glm53_model *m, glm53_vision *v, const char *name, int ndim, const int64_t *dims,
-                                glm53_tensor *out) {
+static glm53_status load_weight(glm53_model *m, const char *name, int ndim, const int64_t *dims, glm53_tensor *out) {
     const glm53_tensor *t;
     GLM53_TRY(find(m, name, ndim, dims, &t));
-    return place(m, v, t, out);
+    return place(m, t, out);
 }
 
 /* A 1-D parameter converted to F32 (biases: the binary op takes activations, F32 or the backend's dtype). */
-static glm53_status load_f32(glm53_model *m, glm53_vision *v, const char *name, int64_t n, glm53_tensor *out) {
+static glm53_status load_f32(glm53_model *m, const char *name, int64_t n, glm53_tensor *out) {
     const glm53_tensor *t;
     GLM53_TRY(find(m, name, 1, (const int64_t[]){n}, &t));
     float *buf = malloc((size_t)n * sizeof *buf);
     if (!buf) return GLM53_FAIL(GLM53_ERR_OUT_OF_MEMORY, "vision: no memory for %s", name);
     glm53_status st = glm53_tensor_to_f32(t, buf, n);
-    if (st == GLM53_OK) st = upload_new(m, v, GLM53_F32, 1, n, 0, buf, t->name, out);
+    if (st == GLM53_OK) st = glm53_weight_upload(m, GLM53_F32, n, 0, buf, t->name, out);
     free(buf);
     return st;
 }
 
-#define DIMS(...) ((const int64_t[]){__VA_ARGS__})
+#define DIMS GLM53_DIMS
 
-static glm53_status load_block(glm53_model *m, glm53_vision *v, int b, vision_block *B) {
+static glm53_status load_block(glm53_model *m, int b, vision_block *B) {
     const glm53_vision_config *c = &m->config.vision;
     const int64_t Dv = c->hidden_size, hd = Dv / c->num_heads, I = c->intermediate_size;
     char name[128];
 #define NAME(fmt) (snprintf(name, sizeof name, "blocks.%d." fmt, b), name)
-    GLM53_TRY(load_weight(m, v, NAME("norm1.weight"), 1, DIMS(Dv), &B->norm1));
-    GLM53_TRY(load_weight(m, v, NAME("norm2.weight"), 1, DIMS(Dv), &B->norm2));
+    GLM53_TRY(load_weight(m, NAME("norm1.weight"), 1, DIMS(Dv), &B->norm1));
+    GLM53_TRY(load_weight(m, NAME("norm2.weight"), 1, DIMS(Dv), &B->norm2));
     glm53_tensor qkv, qkv_b;
-    GLM53_TRY(load_weight(m, v, NAME("attn.qkv.weight"), 2, DIMS(3 * Dv, Dv), &qkv));
+    GLM53_TRY(load_weight(m, NAME("attn.qkv.weight"), 2, DIMS(3 * Dv, Dv), &qkv));
     B->wq = glm53_tensor_rows_view(&qkv, 0, Dv);
     B->wk = glm53_tensor_rows_view(&qkv, Dv, Dv);
     B->wv = glm53_tensor_rows_view(&qkv, 2 * Dv, Dv);
     if (c->attention_bias) {
-        GLM53_TRY(load_f32(m, v, NAME("attn.qkv.bias"), 3 * Dv, &qkv_b));
+        GLM53_TRY(load_f32(m, NAME("attn.qkv.bias"), 3 * Dv, &qkv_b));
         B->bq = glm53_tensor_rows_view(&qkv_b, 0, Dv);
         B->bk = glm53_tensor_rows_view(&qkv_b, Dv, Dv);
         B->bv = glm53_tensor_rows_view(&qkv_b, 2 * Dv, Dv);
-        GLM53_TRY(load_f32(m, v, NAME("attn.proj.bias"), Dv, &B->proj_b));
-        GLM53_TRY(load_f32(m, v, NAME("mlp.gate_proj.bias"), I, &B->gate_b));
-        GLM53_TRY(load_f32(m, v, NAME("mlp.up_proj.bias"), I, &B->up_b));
-        GLM53_TRY(load_f32(m, v, NAME("mlp.down_proj.bias"), Dv, &B->down_b));
+        GLM53_TRY(load_f32(m, NAME("attn.proj.bias"), Dv, &B->proj_b));
+        GLM53_TRY(load_f32(m, NAME("mlp.gate_proj.bias"), I, &B->gate_b));
+        GLM53_TRY(load_f32(m, NAME("mlp.up_proj.bias"), I, &B->up_b));
+        GLM53_TRY(load_f32(m, NAME("mlp.down_proj.bias"), Dv, &B->down_b));
     }
-    GLM53_TRY(load_weight(m, v, NAME("attn.q_norm.weight"), 1, DIMS(hd), &B->q_norm));
-    GLM53_TRY(load_weight(m, v, NAME("attn.k_norm.weight"), 1, DIMS(hd), &B->k_norm));
-    GLM53_TRY(load_weight(m, v, NAME("attn.proj.weight"), 2, DIMS(Dv, Dv), &B->proj_w));
-    GLM53_TRY(load_weight(m, v, NAME("mlp.gate_proj.weight"), 2, DIMS(I, Dv), &B->gate_w));
-    GLM53_TRY(load_weight(m, v, NAME("mlp.up_proj.weight"), 2, DIMS(I, Dv), &B->up_w));
-    GLM53_TRY(load_weight(m, v, NAME("mlp.down_proj.weight"), 2, DIMS(Dv, I), &B->down_w));
+    GLM53_TRY(load_weight(m, NAME("attn.q_norm.weight"), 1, DIMS(hd), &B->q_norm));
+    GLM53_TRY(load_weight(m, NAME("attn.k_norm.weight"), 1, DIMS(hd), &B->k_norm));
+    GLM53_TRY(load_weight(m, NAME("attn.proj.weight"), 2, DIMS(Dv, Dv), &B->proj_w));
+    GLM53_TRY(load_weight(m, NAME("mlp.gate_proj.weight"), 2, DIMS(I, Dv), &B->gate_w));
+    GLM53_TRY(load_weight(m, NAME("mlp.up_proj.weight"), 2, DIMS(I, Dv), &B->up_w));
+    GLM53_TRY(load_weight(m, NAME("mlp.down_proj.weight"), 2, DIMS(Dv, I), &B->down_w));
 #undef NAME
     return GLM53_OK;
 }
@@ -206,7 +141,7 @@ static glm53_status load_downsample(glm53_model *m, glm53_vision *v) {
             for (int64_t ab = 0; ab < ms * ms; ab++)
                 memcpy(buf + ((size_t)(o * K + ab * Dv + ch)) * es, src + ((size_t)((o * Dv + ch) * ms * ms + ab)) * es,
                        es);
-    glm53_status st = upload_new(m, v, t->dtype, 2, Do, K, buf, t->name, &v->down_w);
+    glm53_status st = glm53_weight_upload(m, t->dtype, Do, K, buf, t->name, &v->down_w);
     free(buf);
     return st;
 }
@@ -231,31 +166,26 @@ static glm53_status load_all(glm53_model *m, glm53_vision *v) {
     flat.shape[1] = C * T * P * P;
     flat.shape[2] = flat.shape[3] = flat.shape[4] = 0;
     glm53_tensor_set_contiguous(&flat);
-    GLM53_TRY(place(m, v, &flat, &v->patch_w));
-    GLM53_TRY(load_f32(m, v, "patch_embed.proj.bias", Dv, &v->patch_b));
+    GLM53_TRY(place(m, &flat, &v->patch_w));
+    GLM53_TRY(load_f32(m, "patch_embed.proj.bias", Dv, &v->patch_b));
     v->blocks = calloc((size_t)c->depth, sizeof *v->blocks);
     if (!v->blocks) return GLM53_FAIL(GLM53_ERR_OUT_OF_MEMORY, "vision: no memory for %d blocks", c->depth);
-    for (int b = 0; b < c->depth; b++) GLM53_TRY(load_block(m, v, b, &v->blocks[b]));
-    GLM53_TRY(load_weight(m, v, "post_layernorm.weight", 1, DIMS(Dv), &v->post_norm));
+    for (int b = 0; b < c->depth; b++) GLM53_TRY(load_block(m, b, &v->blocks[b]));
+    GLM53_TRY(load_weight(m, "post_layernorm.weight", 1, DIMS(Dv), &v->post_norm));
     GLM53_TRY(load_downsample(m, v));
-    GLM53_TRY(load_f32(m, v, "downsample.bias", Do, &v->down_b));
-    GLM53_TRY(load_weight(m, v, "merger.proj.weight", 2, DIMS(Do, Do), &v->merger_proj));
-    GLM53_TRY(load_weight(m, v, "merger.post_projection_norm.weight", 1, DIMS(Do), &v->ln_w));
-    GLM53_TRY(load_weight(m, v, "merger.post_projection_norm.bias", 1, DIMS(Do), &v->ln_b));
-    GLM53_TRY(load_weight(m, v, "merger.gate_proj.weight", 2, DIMS(Pi, Do), &v->m_gate));
-    GLM53_TRY(load_weight(m, v, "merger.up_proj.weight", 2, DIMS(Pi, Do), &v->m_up));
-    GLM53_TRY(load_weight(m, v, "merger.down_proj.weight", 2, DIMS(Do, Pi), &v->m_down));
+    GLM53_TRY(load_f32(m, "downsample.bias", Do, &v->down_b));
+    GLM53_TRY(load_weight(m, "merger.proj.weight", 2, DIMS(Do, Do), &v->merger_proj));
+    GLM53_TRY(load_weight(m, "merger.post_projection_norm.weight", 1, DIMS(Do), &v->ln_w));
+    GLM53_TRY(load_weight(m, "merger.post_projection_norm.bias", 1, DIMS(Do), &v->ln_b));
+    GLM53_TRY(load_weight(m, "merger.gate_proj.weight", 2, DIMS(Pi, Do), &v->m_gate));
+    GLM53_TRY(load_weight(m, "merger.up_proj.weight", 2, DIMS(Pi, Do), &v->m_up));
+    GLM53_TRY(load_weight(m, "merger.down_proj.weight", 2, DIMS(Do, Pi), &v->m_down));
     return GLM53_OK;
 }
 
 void glm53_vision_free(glm53_model *m) {
     glm53_vision *v = m ? m->vision : NULL;
     if (!v) return;
-    for (int64_t i = 0; i < v->n_owned; i++) {
-        m->be->release(m->be, v->owned[i]);
-        free(v->owned[i]);
-    }
-    free(v->owned);
     free(v->blocks);
     free(v);
     m->vision = NULL;
@@ -273,12 +203,12 @@ glm53_status glm53_vision_load(glm53_model *m) {
  * Encoding
  */
 typedef struct {
-    glm53_backend *be;
-    glm53_arena    arena;
-    glm53_status   st;
+    glm53_backend   *be;
+    glm53_step_plan *plan;
+    glm53_status     st;
 } scratch;
 
-#define NEW(dtype, ndim, d0, d1, d2) glm53_arena_new(&S->arena, &S->st, (dtype), (ndim), (d0), (d1), (d2))
+#define NEW(dtype, ndim, d0, d1, d2) glm53_plan_tensor(S->plan, &S->st, (dtype), (ndim), (d0), (d1), (d2))
 #define OP(call)                             \
     do {                                     \
         if (S->st == GLM53_OK) S->st = (call); \
@@ -286,8 +216,8 @@ typedef struct {
 
 /* y = x * w^T (+ b when b has data). */
 static void linear(scratch *S, glm53_tensor *y, const glm53_tensor *x, const glm53_tensor *w, const glm53_tensor *b) {
-    OP(S->be->matmul(S->be, y, x, w));
-    if (b && b->data) OP(S->be->binary(S->be, y, y, b, GLM53_BINARY_ADD));
+    OP(S->be->ops->matmul(S->be, y, x, w));
+    if (b && b->data) OP(S->be->ops->binary(S->be, y, y, b, GLM53_BINARY_ADD));
 }
 
 /* One chunk: rows [0, N) of pixel rows x_host (F32), n_seg segments cu[n_seg + 1], positions pos[N, 2]; writes
@@ -309,9 +239,9 @@ static glm53_status encode_chunk(glm53_model *m, scratch *S, const float *x_host
 
     glm53_tensor *x = NEW(act, 2, N, K, 0);
     glm53_tensor *pos = NEW(GLM53_I32, 2, N, 2, 0), *cut = NEW(GLM53_I32, 1, n_seg + 1, 0, 0);
-    OP(be->upload(be, x, x_host));
-    OP(be->upload(be, pos, pos_host));
-    OP(be->upload(be, cut, cu));
+    OP(be->ops->upload(be, x, x_host));
+    OP(be->ops->upload(be, pos, pos_host));
+    OP(be->ops->upload(be, cut, cu));
     glm53_tensor *h = NEW(act, 2, N, Dv, 0), *hn = NEW(act, 2, N, Dv, 0), *o = NEW(act, 3, N, H, hd);
     glm53_tensor *q = NEW(act, 3, N, H, hd), *k = NEW(act, 3, N, H, hd), *vv = NEW(act, 3, N, H, hd);
     glm53_tensor *a = NEW(act, 2, N, Dv, 0), *g = NEW(act, 2, N, I, 0), *u = NEW(act, 2, N, I, 0);
@@ -324,25 +254,25 @@ static glm53_status encode_chunk(glm53_model *m, scratch *S, const float *x_host
     glm53_tensor qh = glm53_tensor_reshape(q, 2, N * H, hd, 0), kh = glm53_tensor_reshape(k, 2, N * H, hd, 0);
     for (int b = 0; b < c->depth && S->st == GLM53_OK; b++) {
         const vision_block *B = &v->blocks[b];
-        OP(be->rmsnorm(be, hn, h, &B->norm1, eps));
+        OP(be->ops->rmsnorm(be, hn, h, &B->norm1, eps));
         linear(S, &q2, hn, &B->wq, &B->bq);
         linear(S, &k2, hn, &B->wk, &B->bk);
         linear(S, &v2, hn, &B->wv, &B->bv);
-        OP(be->rmsnorm(be, &qh, &qh, &B->q_norm, eps));
-        OP(be->rmsnorm(be, &kh, &kh, &B->k_norm, eps));
-        OP(be->rope_2d(be, q, q, pos, ROPE_THETA));
-        OP(be->rope_2d(be, k, k, pos, ROPE_THETA));
-        OP(be->attention_segments(be, o, q, k, vv, cut, 1.0f / sqrtf((float)hd)));
+        OP(be->ops->rmsnorm(be, &qh, &qh, &B->q_norm, eps));
+        OP(be->ops->rmsnorm(be, &kh, &kh, &B->k_norm, eps));
+        OP(be->ops->rope_2d(be, q, q, pos, ROPE_THETA));
+        OP(be->ops->rope_2d(be, k, k, pos, ROPE_THETA));
+        OP(be->ops->attention_segments(be, o, q, k, vv, cut, 1.0f / sqrtf((float)hd)));
         linear(S, a, &o2, &B->proj_w, &B->proj_b);
-        OP(be->binary(be, h, h, a, GLM53_BINARY_ADD));
-        OP(be->rmsnorm(be, hn, h, &B->norm2, eps));
+        OP(be->ops->binary(be, h, h, a, GLM53_BINARY_ADD));
+        OP(be->ops->rmsnorm(be, hn, h, &B->norm2, eps));
         linear(S, g, hn, &B->gate_w, &B->gate_b);
         linear(S, u, hn, &B->up_w, &B->up_b);
-        OP(be->swiglu(be, gu, g, u, limit));
+        OP(be->ops->swiglu(be, gu, g, u, limit));
         linear(S, a, gu, &B->down_w, &B->down_b);
-        OP(be->binary(be, h, h, a, GLM53_BINARY_ADD));
+        OP(be->ops->binary(be, h, h, a, GLM53_BINARY_ADD));
     }
-    OP(be->rmsnorm(be, h, h, &v->post_norm, eps));
+    OP(be->ops->rmsnorm(be, h, h, &v->post_norm, eps));
 
     /* Merge: four consecutive rows (one 2x2 block) side by side, then the reordered Conv2d kernel. */
     glm53_tensor blocks = glm53_tensor_reshape(h, 2, Nm, ms2 * Dv, 0);
@@ -351,14 +281,14 @@ static glm53_status encode_chunk(glm53_model *m, scratch *S, const float *x_host
     if (S->st != GLM53_OK) return S->st;
     linear(S, z, &blocks, &v->down_w, &v->down_b);
     linear(S, zp, z, &v->merger_proj, NULL);
-    OP(be->layernorm(be, zp, zp, &v->ln_w, &v->ln_b, MERGER_LN_EPS));
-    OP(be->unary(be, zp, zp, GLM53_UNARY_GELU));
+    OP(be->ops->layernorm(be, zp, zp, &v->ln_w, &v->ln_b, MERGER_LN_EPS));
+    OP(be->ops->unary(be, zp, zp, GLM53_UNARY_GELU));
     linear(S, mg, zp, &v->m_gate, NULL);
     linear(S, mu, zp, &v->m_up, NULL);
-    OP(be->swiglu(be, mgu, mg, mu, limit));
+    OP(be->ops->swiglu(be, mgu, mg, mu, limit));
     linear(S, z, mgu, &v->m_down, NULL);
-    OP(be->download(be, out, z));
-    OP(be->sync(be));
+    OP(be->ops->download(be, out, z));
+    OP(be->ops->sync(be));
     return S->st;
 }
 
@@ -423,10 +353,14 @@ glm53_status glm53_model_encode_vision(glm53_model *m, const float *pixels, int6
                         }
         }
     }
-    /* Chunks of whole segments. */
-    scratch S = {.be = m->be, .arena = {.be = m->be}};
+    /* Chunks of whole segments, each in the step plan's scratch (no metadata: pixels and positions upload as they
+     * are, the encoder is not a decode step). */
+    scratch S = {.be = m->be, .plan = &m->plan};
     int64_t seg0 = 0, row0 = 0;
+    m->be->workspace = &m->plan.ws;
     while (st == GLM53_OK && seg0 < n_seg) {
+        st = glm53_plan_begin(&m->plan, 0);
+        if (st != GLM53_OK) break;
         int64_t seg1 = seg0, n = 0;
         cu[0] = 0;
         while (seg1 < n_seg && (n == 0 || n + seg_len[seg1] <= CHUNK_ROWS)) {
@@ -436,12 +370,11 @@ glm53_status glm53_model_encode_vision(glm53_model *m, const float *pixels, int6
         }
         st = encode_chunk(m, &S, pixels + row0 * K, n, cu, seg1 - seg0, pos + 2 * row0,
                           embeddings + row0 / (ms * ms) * Do);
-        glm53_arena_reset(&S.arena, 0);
         S.st = GLM53_OK;
         row0 += n;
         seg0 = seg1;
     }
-    glm53_arena_free(&S.arena);
+    m->be->workspace = NULL;
     free(seg_len);
     free(cu);
     free(pos);

@@ -185,8 +185,8 @@ typedef struct name_map {
 
 static const name_map layer_type_names[] = {
     {"linear_attention", GLM53_LAYER_KDA},
-    {"deepseek_sparse_attention", GLM53_LAYER_DSA},
-    {"full_attention", GLM53_LAYER_DSA},   /* HF and lmdeploy alias */
+    {"deepseek_sparse_attention", GLM53_LAYER_SPARSE_MLA},
+    {"full_attention", GLM53_LAYER_SPARSE_MLA},   /* HF and lmdeploy alias */
     {NULL, 0},
 };
 static const name_map mlp_type_names[] = {{"dense", GLM53_MLP_DENSE}, {"sparse", GLM53_MLP_MOE}, {NULL, 0}};
@@ -256,7 +256,7 @@ static glm53_status derive_layer_types(const scope *text, const scope *linear_di
     const cJSON *kda = linear_dict->obj ? get(linear_dict, "kda_layers") : NULL;
     const cJSON *full = linear_dict->obj ? get(linear_dict, "full_attn_layers") : NULL;
     if (!kda && !full) {
-        for (int i = 0; i < n_layers; i++) t->layer_types[i] = i % 4 == 3 ? GLM53_LAYER_DSA : GLM53_LAYER_KDA;
+        for (int i = 0; i < n_layers; i++) t->layer_types[i] = i % 4 == 3 ? GLM53_LAYER_SPARSE_MLA : GLM53_LAYER_KDA;
         return GLM53_OK;
     }
     uint8_t in_kda[GLM53_MAX_LAYERS] = {0}, in_full[GLM53_MAX_LAYERS] = {0};
@@ -269,7 +269,7 @@ static glm53_status derive_layer_types(const scope *text, const scope *linear_di
                               "is in %s",
                               linear_dict->file, linear_dict->prefix, n_layers, i, in_kda[i] ? "both" : "neither");
         bool is_kda = kda ? in_kda[i] : !in_full[i];
-        t->layer_types[i] = is_kda ? GLM53_LAYER_KDA : GLM53_LAYER_DSA;
+        t->layer_types[i] = is_kda ? GLM53_LAYER_KDA : GLM53_LAYER_SPARSE_MLA;
     }
     return GLM53_OK;
 }
@@ -426,7 +426,7 @@ static glm53_status validate_text(const scope *s, const glm53_text_config *t, in
                           t->n_group, t->topk_group, t->n_routed_experts);
     /* A "shared" layer reuses the selection of the previous "full" DSA layer; the first DSA layer has none. */
     for (int i = 0; i < t->num_hidden_layers; i++) {
-        if (t->layer_types[i] != GLM53_LAYER_DSA) continue;
+        if (t->layer_types[i] != GLM53_LAYER_SPARSE_MLA) continue;
         if (t->indexer_types[i] == GLM53_INDEXER_SHARED)
             return GLM53_FAIL(GLM53_ERR_UNSUPPORTED,
                               "%s: %sthe indexer of layer %d, the first sparse-attention layer, is \"shared\", but "

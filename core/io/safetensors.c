@@ -39,13 +39,6 @@ static bool dtype_from_name(const char *s, glm53_dtype *out) {
     return false;
 }
 
-const char *glm53_shape_string(int32_t ndim, const int64_t *shape, char *buf, size_t size) {
-    size_t n = (size_t)snprintf(buf, size, "[");
-    for (int i = 0; i < ndim && n < size; i++)
-        n += (size_t)snprintf(buf + n, size - n, i ? ", %lld" : "%lld", (long long)shape[i]);
-    if (n < size) snprintf(buf + n, size - n, "]");
-    return buf;
-}
 
 /* Fills *e from one header entry; data_size bounds the offsets. */
 static glm53_status parse_entry(const cJSON *item, const char *file, uint64_t data_size, glm53_st_entry *e) {

@@ -39,7 +39,5 @@ typedef struct glm53_st_header {
 glm53_status glm53_safetensors_parse(const uint8_t *buf, size_t len, const char *display_name,
                                      glm53_st_header *out);
 void         glm53_safetensors_header_free(glm53_st_header *header);
-/* "[d0, d1, ...]" of a shape into buf (truncated to size), for error messages; returns buf. */
-const char  *glm53_shape_string(int32_t ndim, const int64_t *shape, char *buf, size_t size);
 
 #endif /* GLM53_SAFETENSORS_H */

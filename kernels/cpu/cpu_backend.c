@@ -147,6 +147,49 @@ static void cpu_destroy(glm53_backend *be) {
 /* ------------------------------------------------------------------------------------------------------------
  * Construction
  */
+static const glm53_backend_ops cpu_ops = {
+    .name = "cpu",
+    /* memory: host memory; no async copies, no pinned memory, no capture, no counters (all synchronous) */
+    .alloc = cpu_alloc,
+    .release = cpu_release,
+    .upload = cpu_upload,
+    .download = cpu_download,
+    .copy = cpu_copy,
+    .fill = cpu_fill,
+    .sync = cpu_sync,
+    .destroy = cpu_destroy,
+    /* linear, norm, elementwise, gather */
+    .matmul = cpu_matmul,
+    .rmsnorm = cpu_rmsnorm,
+    .layernorm = cpu_layernorm,
+    .l2norm = cpu_l2norm,
+    .softmax = cpu_softmax,
+    .rmsnorm_gated = cpu_rmsnorm_gated,
+    .unary = cpu_unary,
+    .binary = cpu_binary,
+    .axpby = cpu_axpby,
+    .swiglu = cpu_swiglu,
+    .topk = cpu_topk,
+    .gather_rows = cpu_gather_rows,
+    .scatter_rows = cpu_scatter_rows,
+    /* model blocks */
+    .mhc_expand = cpu_mhc_expand,
+    .mhc_pre = cpu_mhc_pre,
+    .mhc_post = cpu_mhc_post,
+    .mhc_mean = cpu_mhc_mean,
+    .conv1d_causal = cpu_conv1d_causal,
+    .kda_gate = cpu_kda_gate,
+    .kda_recurrent = cpu_kda_recurrent,
+    .kpool_compress = cpu_kpool_compress,
+    .kpool_score = cpu_kpool_score,
+    .kpool_select = cpu_kpool_select,
+    .sparse_mla = cpu_sparse_mla,
+    .moe_route = cpu_moe_route,
+    .moe_experts = cpu_moe_experts,
+    .rope_2d = cpu_rope_2d,
+    .attention_segments = cpu_attention_segments,
+};
+
 glm53_status glm53_backend_cpu_create(int32_t n_threads, glm53_backend **out) {
     *out = NULL;
     glm53_backend *be = calloc(1, sizeof *be);
@@ -168,46 +211,10 @@ glm53_status glm53_backend_cpu_create(int32_t n_threads, glm53_backend **out) {
 #endif
     for (int c = 0; c < 256; c++) impl->fp8_table[c] = glm53_fp8_e4m3_to_f32((uint8_t)c);
 
-    be->name = "cpu";
+    be->ops = &cpu_ops;
     be->device = GLM53_DEVICE_CPU;
     be->act_dtype = GLM53_F32;
     be->impl = impl;
-    be->alloc = cpu_alloc;
-    be->release = cpu_release;
-    be->upload = cpu_upload;
-    be->download = cpu_download;
-    be->copy = cpu_copy;
-    be->fill = cpu_fill;
-    be->sync = cpu_sync;
-    be->destroy = cpu_destroy;
-    be->matmul = cpu_matmul;
-    be->rmsnorm = cpu_rmsnorm;
-    be->layernorm = cpu_layernorm;
-    be->l2norm = cpu_l2norm;
-    be->softmax = cpu_softmax;
-    be->unary = cpu_unary;
-    be->binary = cpu_binary;
-    be->axpby = cpu_axpby;
-    be->swiglu = cpu_swiglu;
-    be->conv1d_causal = cpu_conv1d_causal;
-    be->topk = cpu_topk;
-    be->gather_rows = cpu_gather_rows;
-    be->scatter_rows = cpu_scatter_rows;
-    be->mhc_expand = cpu_mhc_expand;
-    be->mhc_pre = cpu_mhc_pre;
-    be->mhc_post = cpu_mhc_post;
-    be->mhc_mean = cpu_mhc_mean;
-    be->kda_gate = cpu_kda_gate;
-    be->kda_recurrent = cpu_kda_recurrent;
-    be->rmsnorm_gated = cpu_rmsnorm_gated;
-    be->kpool_compress = cpu_kpool_compress;
-    be->kpool_score = cpu_kpool_score;
-    be->kpool_select = cpu_kpool_select;
-    be->sparse_mla = cpu_sparse_mla;
-    be->moe_route = cpu_moe_route;
-    be->moe_experts = cpu_moe_experts;
-    be->rope_2d = cpu_rope_2d;
-    be->attention_segments = cpu_attention_segments;
     *out = be;
     return GLM53_OK;
 }

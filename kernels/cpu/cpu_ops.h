@@ -197,7 +197,7 @@ glm53_status cpu_kda_gate(glm53_backend *be, glm53_tensor *g, const glm53_tensor
                           const glm53_tensor *dt_bias, int32_t has_lower_bound, float lower_bound);
 glm53_status cpu_kda_recurrent(glm53_backend *be, glm53_tensor *o, const glm53_tensor *q, const glm53_tensor *k,
                                const glm53_tensor *v, const glm53_tensor *g, const glm53_tensor *beta,
-                               glm53_tensor *state, glm53_tensor *const *snapshots);
+                               glm53_tensor *states, const glm53_tensor *slots);
 glm53_status cpu_rmsnorm_gated(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x, const glm53_tensor *gate,
                                const glm53_tensor *w, float eps);
 
@@ -214,9 +214,7 @@ glm53_status cpu_moe_route(glm53_backend *be, glm53_tensor *ids, glm53_tensor *w
                            const glm53_tensor *bias, int32_t n_group, int32_t topk_group, int32_t norm,
                            float scaling);
 glm53_status cpu_moe_experts(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x, const glm53_tensor *ids,
-                             const glm53_tensor *weights, const glm53_tensor *const *gate,
-                             const glm53_tensor *const *up, const glm53_tensor *const *down, int32_t n_experts,
-                             float limit);
+                             const glm53_tensor *weights, const glm53_expert_set *experts, float limit);
 
 /* Vision ops (vision.c) */
 glm53_status cpu_rope_2d(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x, const glm53_tensor *pos,

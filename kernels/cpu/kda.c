@@ -81,12 +81,13 @@ glm53_status cpu_kda_gate(glm53_backend *be, glm53_tensor *g, const glm53_tensor
 typedef struct {
     float *o;
     const float *q, *k, *v, *g, *beta;
-    float *state;
-    glm53_tensor *const *snapshots;
+    float *states;          /* [ring, H, dk, dv] */
+    const int32_t *slots;   /* [T + 1]: the slot read, then the slot written after each row (-1: none) */
     int64_t T, H, dk, dv;
 } kda_ctx;
 
-/* One head per item: its state [dk, dv] evolves over the T rows in a private copy. */
+/* One head per item: its state [dk, dv] evolves over the T rows in a private copy, read from the slot the
+ * sequence's length is in and written to the slots of the lengths the ring keeps. */
 static void kda_heads(void *vctx, int64_t begin, int64_t end) {
     const kda_ctx *c = vctx;
     int64_t H = c->H, dk = c->dk, dv = c->dv;
@@ -94,7 +95,8 @@ static void kda_heads(void *vctx, int64_t begin, int64_t end) {
     float *u = S + dk * dv;
     if (!S) return;   /* cannot happen in practice; the caller pre-checks a small allocation */
     for (int64_t h = begin; h < end; h++) {
-        memcpy(S, c->state + h * dk * dv, (size_t)(dk * dv) * sizeof(float));
+        int64_t slot_size = c->H * dk * dv;
+        memcpy(S, c->states + c->slots[0] * slot_size + h * dk * dv, (size_t)(dk * dv) * sizeof(float));
         for (int64_t t = 0; t < c->T; t++) {
             const float *q = c->q + (t * H + h) * dk, *k = c->k + (t * H + h) * dk;
             const float *v = c->v + (t * H + h) * dv, *g = c->g + (t * H + h) * dk;
@@ -113,25 +115,27 @@ static void kda_heads(void *vctx, int64_t begin, int64_t end) {
             for (int64_t j = 0; j < dv; j++) o[j] = 0.0f;
             for (int64_t i = 0; i < dk; i++)
                 for (int64_t j = 0; j < dv; j++) o[j] += S[i * dv + j] * q[i];
-            if (c->snapshots && c->snapshots[t])
-                memcpy((float *)c->snapshots[t]->data + h * dk * dv, S, (size_t)(dk * dv) * sizeof(float));
+            if (c->slots[1 + t] >= 0)
+                memcpy(c->states + c->slots[1 + t] * slot_size + h * dk * dv, S, (size_t)(dk * dv) * sizeof(float));
         }
-        memcpy(c->state + h * dk * dv, S, (size_t)(dk * dv) * sizeof(float));
     }
     free(S);
 }
 
 glm53_status cpu_kda_recurrent(glm53_backend *be, glm53_tensor *o, const glm53_tensor *q, const glm53_tensor *k,
                                const glm53_tensor *v, const glm53_tensor *g, const glm53_tensor *beta,
-                               glm53_tensor *state, glm53_tensor *const *snapshots) {
+                               glm53_tensor *states, const glm53_tensor *slots) {
     int64_t T = q->shape[0], H = q->shape[1], dk = q->shape[2], dv = v->shape[2];
     assert(cpu_is_f32(o) && cpu_is_f32(q) && cpu_is_f32(k) && cpu_is_f32(v) && cpu_is_f32(g) &&
-           cpu_is_f32(beta) && cpu_is_f32(state));
-    assert(state->shape[0] == H && state->shape[1] == dk && state->shape[2] == dv);
+           cpu_is_f32(beta) && cpu_is_f32(states));
+    assert(states->ndim == 4 && states->shape[1] == H && states->shape[2] == dk && states->shape[3] == dv);
+    assert(slots->dtype == GLM53_I32 && glm53_tensor_numel(slots) == T + 1);
+    const int32_t *sl = slots->data;
+    for (int64_t t = 0; t <= T; t++) assert(sl[t] < states->shape[0] && (t == 0 || t < T || sl[t] >= 0));
     void *probe = malloc((size_t)(dk * dv + dv) * sizeof(float));
     if (!probe) return GLM53_FAIL(GLM53_ERR_OUT_OF_MEMORY, "kda_recurrent: no memory for the state");
     free(probe);
-    kda_ctx c = {o->data, q->data, k->data, v->data, g->data, beta->data, state->data, snapshots, T, H, dk, dv};
+    kda_ctx c = {o->data, q->data, k->data, v->data, g->data, beta->data, states->data, sl, T, H, dk, dv};
     cpu_parallel_for(be, H, T * dk * dv * 4, kda_heads, &c);
     return GLM53_OK;
 }

@@ -76,16 +76,17 @@ glm53_status cpu_moe_route(glm53_backend *be, glm53_tensor *ids, glm53_tensor *w
 }
 
 glm53_status cpu_moe_experts(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x, const glm53_tensor *ids,
-                             const glm53_tensor *weights, const glm53_tensor *const *gate,
-                             const glm53_tensor *const *up, const glm53_tensor *const *down, int32_t n_experts,
-                             float limit) {
+                             const glm53_tensor *weights, const glm53_expert_set *experts, float limit) {
+    const glm53_tensor *const *gate = experts->gate, *const *up = experts->up, *const *down = experts->down;
+    int32_t n_experts = experts->n_experts;
     int64_t N = x->shape[0], D = x->shape[1], K = ids->shape[1];
     assert(cpu_is_f32(y) && cpu_is_f32(x) && cpu_is_f32(weights) && ids->dtype == GLM53_I32);
     const int32_t *idv = ids->data;
     const float *wv = weights->data;
     memset(y->data, 0, (size_t)(N * D) * sizeof(float));
 
-    /* Rows routed to each expert, then one batched SwiGLU per expert (experts in ascending id order). */
+    /* Rows routed to each expert, then one batched SwiGLU per expert; the outputs are added into y in ascending
+     * expert order (the CUDA backend sums in slot order: the two differ only in F32 rounding). */
     int64_t F = gate[0] ? gate[0]->shape[0] : 0;
     for (int32_t e = 0; e < n_experts; e++) if (gate[e] && gate[e]->shape[0] > F) F = gate[e]->shape[0];
     int32_t *rows = malloc((size_t)(N * K) * sizeof(int32_t));

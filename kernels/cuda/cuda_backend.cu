@@ -1,9 +1,17 @@
 /*
- * cuda_backend.cu - the CUDA backend: construction, device memory, host <-> device copies, and the op table.
+ * cuda_backend.cu - the CUDA backend: construction, device memory, host <-> device copies, stream capture into
+ * graphs, and the op table.
  *
- * One device, one stream and one cuBLAS handle (with its own workspace) per backend. Every op is enqueued on the
- * stream and returns at once; upload, download and sync wait for the stream, so they are synchronous from the
- * caller's view, and they are where errors of earlier kernels surface.
+ * One device, one stream and one cuBLAS handle (with its own workspace) per backend instance: several instances
+ * (one per GPU of a process, or two on one GPU) share nothing but the process. Every op is enqueued on the
+ * instance's stream and returns at once; upload, download and sync wait for the stream, so they are synchronous
+ * from the caller's view, and they are where errors of earlier kernels surface. upload_async and
+ * download_async (pinned host memory from host_alloc) only enqueue: a planned step uses them so that it waits
+ * for the device once, when its outputs are read.
+ *
+ * Capture: capture_begin starts recording the stream (thread-local mode: a cudaMalloc or a synchronisation
+ * made by this thread while recording fails the capture, which is how a step proves it does neither);
+ * capture_end instantiates the recorded work as a graph, graph_launch replays it on the stream.
  *
  * Device memory comes from a caching allocator. Requests are rounded up to a size bucket (powers of two up to
  * 1 MiB, then eight buckets per power of two, so at most 12.5% is wasted) and a released block goes to its
@@ -31,6 +39,12 @@ static const size_t CUBLAS_WORKSPACE_BYTES = 32u << 20;
  */
 glm53_status cuda_enter(cuda_backend *cb) {
     CUDA_TRY(cudaSetDevice(cb->device));
+    return GLM53_OK;
+}
+
+glm53_status cuda_stream_wait(cuda_backend *cb) {
+    cb->counters.host_syncs++;
+    CUDA_TRY(cudaStreamSynchronize(cb->stream));
     return GLM53_OK;
 }
 
@@ -142,10 +156,17 @@ glm53_status cuda_device_alloc(cuda_backend *cb, size_t bytes, void **out, const
             it->second.pop_back();
             a->cached_bytes -= size;
         } else {
+            if (cb->capturing) {
+                *out = nullptr;
+                return GLM53_FAIL(GLM53_ERR_INVALID_ARG, "cuda: %s needs %zu new bytes of device memory while a "
+                                  "step is being captured (a captured step must allocate nothing)", what, size);
+            }
+            cb->counters.device_allocs++;
             cudaError_t e = cudaMalloc(out, size);
             if (e == cudaErrorMemoryAllocation && a->cached_bytes > 0) {
                 (void)cudaGetLastError();   /* an allocation failure is not sticky: clear it and retry */
                 GLM53_TRY(release_cached_blocks(a));
+                cb->counters.device_allocs++;
                 e = cudaMalloc(out, size);
             }
             if (e == cudaErrorMemoryAllocation) {
@@ -228,7 +249,7 @@ static const char *fault_op_name(int32_t op) {
  * an out-of-range index a kernel recorded. */
 static glm53_status cuda_finish(cuda_backend *cb, const char *what) {
     CUDA_TRY(cudaMemcpyAsync(cb->fault_host, cb->fault, sizeof(cuda_fault), cudaMemcpyDeviceToHost, cb->stream));
-    CUDA_TRY(cudaStreamSynchronize(cb->stream));
+    GLM53_TRY(cuda_stream_wait(cb));
     CUDA_TRY(cudaGetLastError());
     if (cb->fault_host->op != CUDA_FAULT_NONE) {
         cuda_fault f = *cb->fault_host;
@@ -262,9 +283,109 @@ static glm53_status cuda_upload(glm53_backend *be, glm53_tensor *dst, const void
     GLM53_TRY(cuda_enter(cb));
     size_t n = glm53_tensor_nbytes(dst);
     if (n) CUDA_TRY(cudaMemcpyAsync(dst->data, host_src, n, cudaMemcpyHostToDevice, cb->stream));
-    CUDA_TRY(cudaStreamSynchronize(cb->stream));   /* the caller may reuse host_src as soon as we return */
+    return cuda_stream_wait(cb);   /* the caller may reuse host_src as soon as we return */
+}
+
+static glm53_status cuda_upload_async(glm53_backend *be, glm53_tensor *dst, const void *pinned_src) {
+    cuda_backend *cb = cuda_impl(be);
+    assert(dst->data && dst->device == GLM53_DEVICE_CUDA);
+    GLM53_TRY(cuda_enter(cb));
+    size_t n = glm53_tensor_nbytes(dst);
+    if (n) CUDA_TRY(cudaMemcpyAsync(dst->data, pinned_src, n, cudaMemcpyHostToDevice, cb->stream));
     return GLM53_OK;
 }
+
+static glm53_status cuda_download_async(glm53_backend *be, void *pinned_dst, const glm53_tensor *src) {
+    cuda_backend *cb = cuda_impl(be);
+    assert(src->data && src->device == GLM53_DEVICE_CUDA);
+    GLM53_TRY(cuda_enter(cb));
+    size_t n = glm53_tensor_nbytes(src);
+    if (n) CUDA_TRY(cudaMemcpyAsync(pinned_dst, src->data, n, cudaMemcpyDeviceToHost, cb->stream));
+    return GLM53_OK;
+}
+
+static glm53_status cuda_host_alloc(glm53_backend *be, size_t bytes, void **out) {
+    cuda_backend *cb = cuda_impl(be);
+    *out = nullptr;
+    GLM53_TRY(cuda_enter(cb));
+    if (cb->capturing) return GLM53_FAIL(GLM53_ERR_INVALID_ARG, "cuda: pinned host memory asked for while capturing");
+    cb->counters.device_allocs++;
+    cudaError_t e = cudaMallocHost(out, bytes ? bytes : 1);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        *out = nullptr;
+        return GLM53_FAIL(GLM53_ERR_OUT_OF_MEMORY, "cuda: cudaMallocHost of %zu bytes: %s", bytes, cudaGetErrorString(e));
+    }
+    return GLM53_OK;
+}
+
+static void cuda_host_free(glm53_backend *be, void *ptr) {
+    if (ptr) cudaFreeHost(ptr);   /* waits for the device: only called between steps */
+}
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Capture and replay
+ */
+struct glm53_graph {
+    cudaGraph_t     graph;
+    cudaGraphExec_t exec;
+};
+
+static glm53_status cuda_capture_begin(glm53_backend *be) {
+    cuda_backend *cb = cuda_impl(be);
+    GLM53_TRY(cuda_enter(cb));
+    if (cb->capturing) return GLM53_FAIL(GLM53_ERR_INVALID_ARG, "cuda: capture_begin while already capturing");
+    CUDA_TRY(cudaStreamBeginCapture(cb->stream, cudaStreamCaptureModeThreadLocal));
+    cb->capturing = true;
+    return GLM53_OK;
+}
+
+static glm53_status cuda_capture_end(glm53_backend *be, glm53_graph **out) {
+    cuda_backend *cb = cuda_impl(be);
+    *out = nullptr;
+    GLM53_TRY(cuda_enter(cb));
+    if (!cb->capturing) return GLM53_FAIL(GLM53_ERR_INVALID_ARG, "cuda: capture_end without capture_begin");
+    cb->capturing = false;
+    cudaGraph_t graph = nullptr;
+    cudaError_t e = cudaStreamEndCapture(cb->stream, &graph);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();   /* a broken capture (an illegal call while recording) is not sticky */
+        if (graph) cudaGraphDestroy(graph);
+        return GLM53_FAIL(GLM53_ERR_BACKEND, "cuda: the capture failed: %s", cudaGetErrorString(e));
+    }
+    glm53_graph *g = new (std::nothrow) glm53_graph();
+    if (!g) {
+        cudaGraphDestroy(graph);
+        return GLM53_FAIL(GLM53_ERR_OUT_OF_MEMORY, "cuda: no host memory for a graph");
+    }
+    g->graph = graph;
+    e = cudaGraphInstantiate(&g->exec, graph, 0);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        cudaGraphDestroy(graph);
+        delete g;
+        return GLM53_FAIL(GLM53_ERR_BACKEND, "cuda: cudaGraphInstantiate: %s", cudaGetErrorString(e));
+    }
+    *out = g;
+    return GLM53_OK;
+}
+
+static glm53_status cuda_graph_launch(glm53_backend *be, glm53_graph *g) {
+    cuda_backend *cb = cuda_impl(be);
+    GLM53_TRY(cuda_enter(cb));
+    CUDA_TRY(cudaGraphLaunch(g->exec, cb->stream));
+    return GLM53_OK;
+}
+
+static void cuda_graph_free(glm53_backend *be, glm53_graph *g) {
+    if (!g) return;
+    cudaSetDevice(cuda_impl(be)->device);
+    if (g->exec) cudaGraphExecDestroy(g->exec);
+    if (g->graph) cudaGraphDestroy(g->graph);
+    delete g;
+}
+
+static void cuda_counters(glm53_backend *be, glm53_backend_counters *out) { *out = cuda_impl(be)->counters; }
 
 static glm53_status cuda_download(glm53_backend *be, void *host_dst, const glm53_tensor *src) {
     cuda_backend *cb = cuda_impl(be);
@@ -407,7 +528,59 @@ static glm53_status cuda_backend_init(cuda_backend *cb, int32_t ordinal) {
     return GLM53_OK;
 }
 
-extern "C" glm53_status glm53_backend_cuda_create(int32_t device_ordinal, glm53_backend **out) {
+static const glm53_backend_ops cuda_ops = {
+    .name = "cuda",
+    .alloc = cuda_alloc,
+    .release = cuda_release,
+    .upload = cuda_upload,
+    .download = cuda_download,
+    .copy = cuda_copy,
+    .fill = cuda_fill,
+    .sync = cuda_sync,
+    .destroy = cuda_destroy,
+    .upload_async = cuda_upload_async,
+    .download_async = cuda_download_async,
+    .host_alloc = cuda_host_alloc,
+    .host_free = cuda_host_free,
+    .capture_begin = cuda_capture_begin,
+    .capture_end = cuda_capture_end,
+    .graph_launch = cuda_graph_launch,
+    .graph_free = cuda_graph_free,
+    .counters = cuda_counters,
+    .matmul = cuda_matmul,
+    .rmsnorm = cuda_rmsnorm,
+    .layernorm = cuda_layernorm,
+    .l2norm = cuda_l2norm,
+    .softmax = cuda_softmax,
+    .rmsnorm_gated = cuda_rmsnorm_gated,
+    .unary = cuda_unary,
+    .binary = cuda_binary,
+    .axpby = cuda_axpby,
+    .swiglu = cuda_swiglu,
+    .swiglu_gate_up = cuda_swiglu_gate_up,
+    .topk = cuda_topk,
+    .gather_rows = cuda_gather_rows,
+    .scatter_rows = cuda_scatter_rows,
+    .mhc_expand = cuda_mhc_expand,
+    .mhc_pre = cuda_mhc_pre,
+    .mhc_post = cuda_mhc_post,
+    .mhc_mean = cuda_mhc_mean,
+    .conv1d_causal = cuda_conv1d_causal,
+    .kda_gate = cuda_kda_gate,
+    .kda_recurrent = cuda_kda_recurrent,
+    .kpool_compress = cuda_kpool_compress,
+    .kpool_score = cuda_kpool_score,
+    .kpool_select = cuda_kpool_select,
+    .sparse_mla = cuda_sparse_mla,
+    .moe_route = cuda_moe_route,
+    .moe_experts = cuda_moe_experts,
+    .prepare_experts = cuda_prepare_experts,
+    .release_experts = cuda_release_experts,
+    .rope_2d = cuda_rope_2d,
+    .attention_segments = cuda_attention_segments,
+};
+
+extern "C" glm53_status glm53_backend_cuda_create(int32_t ordinal, glm53_backend **out) {
     *out = nullptr;
     glm53_backend *be = new (std::nothrow) glm53_backend();
     cuda_backend *cb = new (std::nothrow) cuda_backend();
@@ -416,53 +589,18 @@ extern "C" glm53_status glm53_backend_cuda_create(int32_t device_ordinal, glm53_
         delete cb;
         return GLM53_FAIL(GLM53_ERR_OUT_OF_MEMORY, "cuda backend: no host memory");
     }
+    be->ops = &cuda_ops;
     be->impl = cb;
-    glm53_status st = cuda_backend_init(cb, device_ordinal);
+    cb->be = be;
+    glm53_status st = cuda_backend_init(cb, ordinal);
     if (st != GLM53_OK) {
         cuda_destroy(be);
         return st;
     }
-    be->name = "cuda";
     be->device = GLM53_DEVICE_CUDA;
+    be->ordinal = ordinal;
+    be->stream = (void *)cb->stream;
     be->act_dtype = GLM53_BF16;
-    be->alloc = cuda_alloc;
-    be->release = cuda_release;
-    be->upload = cuda_upload;
-    be->download = cuda_download;
-    be->copy = cuda_copy;
-    be->fill = cuda_fill;
-    be->sync = cuda_sync;
-    be->destroy = cuda_destroy;
-    be->matmul = cuda_matmul;
-    be->rmsnorm = cuda_rmsnorm;
-    be->layernorm = cuda_layernorm;
-    be->l2norm = cuda_l2norm;
-    be->softmax = cuda_softmax;
-    be->unary = cuda_unary;
-    be->binary = cuda_binary;
-    be->axpby = cuda_axpby;
-    be->swiglu = cuda_swiglu;
-    be->conv1d_causal = cuda_conv1d_causal;
-    be->topk = cuda_topk;
-    be->gather_rows = cuda_gather_rows;
-    be->scatter_rows = cuda_scatter_rows;
-    be->mhc_expand = cuda_mhc_expand;
-    be->mhc_pre = cuda_mhc_pre;
-    be->mhc_post = cuda_mhc_post;
-    be->mhc_mean = cuda_mhc_mean;
-    be->kda_gate = cuda_kda_gate;
-    be->kda_recurrent = cuda_kda_recurrent;
-    be->rmsnorm_gated = cuda_rmsnorm_gated;
-    be->kpool_compress = cuda_kpool_compress;
-    be->kpool_score = cuda_kpool_score;
-    be->kpool_select = cuda_kpool_select;
-    be->sparse_mla = cuda_sparse_mla;
-    be->moe_route = cuda_moe_route;
-    be->moe_experts = cuda_moe_experts;
-    be->rope_2d = cuda_rope_2d;
-    be->attention_segments = cuda_attention_segments;
     *out = be;
     return GLM53_OK;
 }
-
-extern "C" void *glm53_cuda_backend_stream(glm53_backend *be) { return (void *)cuda_impl(be)->stream; }

@@ -18,7 +18,7 @@
 #define GLM53_CUDA_COMMON_CUH
 
 #include "kernels/backend.h"
-#include "kernels/cuda/cuda_backend.h"
+#include "kernels/workspace.h"
 
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -41,6 +41,7 @@ enum cuda_fault_op {
     CUDA_FAULT_SCATTER_ROWS = 2,
     CUDA_FAULT_SPARSE_MLA = 3,
     CUDA_FAULT_KPOOL_SELECT = 4,
+    CUDA_FAULT_MOE_EXPERTS = 5,
 };
 
 /* The first out-of-range index a kernel met since the last sync: index `value` at `position` of its input,
@@ -52,6 +53,7 @@ struct cuda_fault {
 };
 
 struct cuda_backend {
+    glm53_backend  *be;                 /* the instance this state belongs to (its workspace, its stream) */
     int32_t         device;             /* CUDA ordinal */
     cudaStream_t    stream;             /* every op of this backend runs on it, in order */
     cublasHandle_t  cublas;             /* bound to stream */
@@ -60,6 +62,8 @@ struct cuda_backend {
     cuda_fault     *fault;              /* device */
     cuda_fault     *fault_host;         /* pinned, read back by sync / download */
     int32_t         smem_optin;         /* most dynamic shared memory one block may opt in to, bytes */
+    bool            capturing;          /* between capture_begin and capture_end */
+    glm53_backend_counters counters;    /* cudaMallocs and host waits since creation (the test hook) */
 };
 
 static inline cuda_backend *cuda_impl(glm53_backend *be) { return (cuda_backend *)be->impl; }
@@ -93,6 +97,9 @@ static inline cuda_backend *cuda_impl(glm53_backend *be) { return (cuda_backend 
 /* Makes the backend's device current for the calling thread (a step may run on a worker thread). */
 glm53_status cuda_enter(cuda_backend *cb);
 
+/* Waits for the stream (counted as a host synchronisation) and reports a failed kernel. */
+glm53_status cuda_stream_wait(cuda_backend *cb);
+
 /* Opts `kernel` in to `bytes` of dynamic shared memory when that is more than the default 48 KiB; fails with
  * GLM53_ERR_UNSUPPORTED when the device cannot give that much to one block. */
 glm53_status cuda_smem_optin(cuda_backend *cb, const void *kernel, size_t bytes, const char *what);
@@ -114,18 +121,28 @@ __device__ inline void cuda_record_fault(cuda_fault *fault, int32_t op, long lon
 glm53_status cuda_device_alloc(cuda_backend *cb, size_t bytes, void **out, const char *what);
 void         cuda_device_free(cuda_backend *cb, void *ptr);
 
-/* A scratch buffer for the duration of one op, returned to the cache when it goes out of scope. */
+/* A scratch buffer for the duration of one op, given back when it goes out of scope. Inside a planned step it is
+ * a piece of the step's workspace (so a captured step replays with the same scratch addresses and nothing is
+ * allocated); outside one it comes from the caching allocator. */
 struct cuda_scratch {
-    cuda_backend *cb = nullptr;
-    void         *ptr = nullptr;
+    cuda_backend    *cb = nullptr;
+    void            *ptr = nullptr;
+    glm53_workspace *ws = nullptr;
+    size_t           mark = 0;
     cuda_scratch() = default;
     cuda_scratch(const cuda_scratch &) = delete;
     cuda_scratch &operator=(const cuda_scratch &) = delete;
     ~cuda_scratch() {
-        if (ptr) cuda_device_free(cb, ptr);
+        if (ws) glm53_workspace_reset(ws, mark);
+        else if (ptr) cuda_device_free(cb, ptr);
     }
     glm53_status get(cuda_backend *backend, size_t bytes, const char *what) {
         cb = backend;
+        if (backend->be->workspace) {
+            ws = backend->be->workspace;
+            mark = glm53_workspace_mark(ws);
+            return glm53_workspace_take(ws, bytes, &ptr, what);
+        }
         return cuda_device_alloc(backend, bytes, &ptr, what);
     }
 };
@@ -195,6 +212,10 @@ static inline int64_t cuda_cols(const glm53_tensor *t) { return t->ndim ? t->sha
 /* A contiguous 2-D tensor header over device memory owned by someone else (scratch, a slice of a buffer). */
 glm53_tensor cuda_view_2d(void *data, int32_t dtype, int64_t rows, int64_t cols);
 
+/* for (i over [0, n)) spread over every thread of the grid. */
+#define GRID_STRIDE(i, n) \
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
+
 /* Blocks for a grid-stride loop over n items with `threads` per block (n > 0). */
 static inline unsigned cuda_blocks_for(int64_t n, int threads) {
     int64_t blocks = (n + threads - 1) / threads;
@@ -242,6 +263,14 @@ __device__ inline float cuda_sigmoid(float x) { return 1.0f / (1.0f + expf(-x));
 __device__ inline float cuda_silu(float x) { return x / (1.0f + expf(-x)); }
 /* torch's softplus: beta 1, threshold 20. */
 __device__ inline float cuda_softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+/* Clamped SwiGLU of one element: silu(min(g, limit)) * clamp(u, -limit, limit); limit <= 0: no clamp. */
+__device__ inline float cuda_swiglu_value(float g, float u, float limit) {
+    if (limit > 0.0f) {
+        g = g > limit ? limit : g;
+        u = u > limit ? limit : (u < -limit ? -limit : u);
+    }
+    return cuda_silu(g) * u;
+}
 
 /* ------------------------------------------------------------------------------------------------------------
  * Launch helpers shared between op files
@@ -253,6 +282,8 @@ glm53_status cuda_convert(cuda_backend *cb, act_out y, act_in x, int64_t n);
  * Op entry points (semantics and shapes: backend.h)
  */
 glm53_status cuda_matmul(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x, const glm53_tensor *w);
+glm53_status cuda_swiglu_gate_up(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x, const glm53_tensor *w_gate,
+                                 const glm53_tensor *w_up, float limit);
 
 glm53_status cuda_rmsnorm(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x, const glm53_tensor *w,
                           float eps);
@@ -289,7 +320,7 @@ glm53_status cuda_kda_gate(glm53_backend *be, glm53_tensor *g, const glm53_tenso
                            const glm53_tensor *dt_bias, int32_t has_lower_bound, float lower_bound);
 glm53_status cuda_kda_recurrent(glm53_backend *be, glm53_tensor *o, const glm53_tensor *q, const glm53_tensor *k,
                                 const glm53_tensor *v, const glm53_tensor *g, const glm53_tensor *beta,
-                                glm53_tensor *state, glm53_tensor *const *snapshots);
+                                glm53_tensor *states, const glm53_tensor *slots);
 
 glm53_status cuda_kpool_compress(glm53_backend *be, glm53_tensor *pooled, const glm53_tensor *kappa,
                                  const glm53_tensor *sigma, const glm53_tensor *ape);
@@ -305,9 +336,9 @@ glm53_status cuda_moe_route(glm53_backend *be, glm53_tensor *ids, glm53_tensor *
                             const glm53_tensor *logits, const glm53_tensor *bias, int32_t n_group,
                             int32_t topk_group, int32_t norm, float scaling);
 glm53_status cuda_moe_experts(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x, const glm53_tensor *ids,
-                              const glm53_tensor *weights, const glm53_tensor *const *gate,
-                              const glm53_tensor *const *up, const glm53_tensor *const *down, int32_t n_experts,
-                              float limit);
+                              const glm53_tensor *weights, const glm53_expert_set *experts, float limit);
+glm53_status cuda_prepare_experts(glm53_backend *be, glm53_expert_set *experts);
+void         cuda_release_experts(glm53_backend *be, glm53_expert_set *experts);
 
 /* Vision ops (ops_vision.cu) */
 glm53_status cuda_rope_2d(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x, const glm53_tensor *pos,

@@ -10,9 +10,6 @@
 
 enum { EW_THREADS = 256 };
 
-#define GRID_STRIDE(i, n) \
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
-
 /* ------------------------------------------------------------------------------------------------------------
  * Kernels
  */
@@ -52,23 +49,7 @@ __global__ void axpby_kernel(act_out y, act_in x, act_in y_old, int64_t n, float
 /* y = silu(min(gate, limit)) * clamp(up, -limit, limit); limit <= 0: no clamp. */
 __global__ void swiglu_kernel(act_out y, act_in gate, act_in up, int64_t n, float limit) {
     GRID_STRIDE(i, n) {
-        float g = gate[i], u = up[i];
-        if (limit > 0.0f) {
-            g = g > limit ? limit : g;
-            u = u > limit ? limit : (u < -limit ? -limit : u);
-        }
-        y.store(i, cuda_silu(g) * u);
-    }
-}
-
-/* y[T,C][t][c] = sum_i w[c][i] x[t+i][c]; x[T+K-1, C]. Consecutive threads take consecutive channels, so every
- * read of x is coalesced. */
-__global__ void conv1d_causal_kernel(act_out y, act_in x, weight_ref w, int64_t T, int64_t C, int64_t K) {
-    GRID_STRIDE(item, T * C) {
-        int64_t t = item / C, c = item % C;
-        float acc = 0.0f;
-        for (int64_t i = 0; i < K; i++) acc += w.at(c, i) * x[(t + i) * C + c];
-        y.store(item, acc);
+        y.store(i, cuda_swiglu_value(gate[i], up[i], limit));
     }
 }
 
@@ -130,18 +111,3 @@ glm53_status cuda_swiglu(glm53_backend *be, glm53_tensor *y, const glm53_tensor 
     return GLM53_OK;
 }
 
-glm53_status cuda_conv1d_causal(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x, const glm53_tensor *w) {
-    cuda_backend *cb = cuda_impl(be);
-    assert(cuda_is_act(x) && cuda_is_act(y));
-    int64_t T = glm53_tensor_rows(y), C = cuda_cols(y), K = cuda_cols(w);
-    assert(K >= 1 && glm53_tensor_rows(w) == C);
-    assert(cuda_cols(x) == C && glm53_tensor_rows(x) == T + K - 1);
-    weight_ref wr;
-    GLM53_TRY(cuda_weight_ref(w, &wr, "conv1d_causal"));   /* [C,K] or the checkpoint's [C,1,K]: rows of K */
-    GLM53_TRY(cuda_enter(cb));
-    if (T == 0 || C == 0) return GLM53_OK;
-    conv1d_causal_kernel<<<cuda_blocks_for(T * C, EW_THREADS), EW_THREADS, 0, cb->stream>>>(
-        cuda_act_out(y), cuda_act_in(x), wr, T, C, K);
-    CUDA_LAUNCHED("conv1d_causal");
-    return GLM53_OK;
-}

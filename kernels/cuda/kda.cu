@@ -1,9 +1,11 @@
 /*
- * ops_kda.cu - Kimi delta attention (glm53-architecture.md section 4.5) on the CUDA backend: the per-channel
- * forget gate and the token-by-token delta-rule recurrence with an F32 state.
+ * kda.cu - Kimi delta attention (docs/architecture.md section 3) on the CUDA backend: the depthwise causal conv1d
+ * over q, k, v, the per-channel forget gate and the token-by-token delta-rule recurrence with an F32 state.
  *
  * kda_recurrent runs one block per head for the whole sequence. The head's state S[dk, dv] (64 KiB at 128 x 128)
- * lives in shared memory for all T rows and goes back to global memory once at the end. Thread j owns column j
+ * lives in shared memory for all T rows; it is read from the ring slot of the sequence's length and written to
+ * the slots of the lengths the ring keeps (slot numbers are device data, so a captured step can be replayed).
+ * Thread j owns column j
  * of S: every per-token step (decay, S^T k, the rank-1 update, S^T q) touches only that column, so the only
  * barriers are the two around loading each token's k, q and decay vectors, and each sum runs over i = 0..dk-1
  * in the CPU backend's order. Consecutive threads hold consecutive columns, so shared-memory accesses are
@@ -16,6 +18,17 @@
 /* ------------------------------------------------------------------------------------------------------------
  * Kernels
  */
+/* y[T,C][t][c] = sum_i w[c][i] x[t+i][c]; x[T+K-1, C]. Consecutive threads take consecutive channels, so every
+ * read of x is coalesced. */
+__global__ void conv1d_causal_kernel(act_out y, act_in x, weight_ref w, int64_t T, int64_t C, int64_t K) {
+    GRID_STRIDE(item, T * C) {
+        int64_t t = item / C, c = item % C;
+        float acc = 0.0f;
+        for (int64_t i = 0; i < K; i++) acc += w.at(c, i) * x[(t + i) * C + c];
+        y.store(item, acc);
+    }
+}
+
 /* g[N,C] F32 from f[N,C]; h = channel / dk.
  *   lower bound:  g = lb * sigmoid(exp(A_log[h]) * (f + dt_bias))
  *   else:         g = -exp(A_log[h]) * softplus(f + dt_bias) */
@@ -29,11 +42,11 @@ __global__ void kda_gate_kernel(float *g, act_in f, weight_ref A_log, weight_ref
 }
 
 /* One block per head h; blockDim.x >= dv (a multiple of 32); thread j < dv owns column j.
- * q, k [T,H,dk], v [T,H,dv] activations; g [T,H,dk], beta [T,H] F32; o [T,H,dv]; state [H,dk,dv] F32 in/out;
- * snapshots: NULL or T pointers (each NULL or [H,dk,dv] F32).
+ * q, k [T,H,dk], v [T,H,dv] activations; g [T,H,dk], beta [T,H] F32; o [T,H,dv]; states [ring,H,dk,dv] F32;
+ * slots [T+1] I32: the state is read from slot slots[0] and written after row t to slot slots[1+t] (>= 0).
  * Dynamic shared memory: S [dk*dv], then k, q, decay [dk] each. */
 __global__ void kda_recurrent_kernel(act_out o, act_in q, act_in k, act_in v, const float *g, const float *beta,
-                                     float *state, float *const *snapshots, int64_t T, int64_t H, int64_t dk,
+                                     float *states, const int32_t *slots, int64_t T, int64_t H, int64_t dk,
                                      int64_t dv) {
     extern __shared__ float smem[];
     __shared__ float beta_t;
@@ -41,7 +54,9 @@ __global__ void kda_recurrent_kernel(act_out o, act_in q, act_in k, act_in v, co
     const int64_t h = blockIdx.x, j = threadIdx.x, head = h * dk * dv;
     const bool owns_column = j < dv;
 
-    for (int64_t i = threadIdx.x; i < dk * dv; i += blockDim.x) S[i] = state[head + i];
+    const int64_t slot_size = H * dk * dv;
+    const float *state_in = states + (int64_t)slots[0] * slot_size + head;
+    for (int64_t i = threadIdx.x; i < dk * dv; i += blockDim.x) S[i] = state_in[i];
 
     for (int64_t t = 0; t < T; t++) {
         __syncthreads();   /* S loaded; the previous token's reads of k_t, q_t, decay, beta_t are done */
@@ -71,19 +86,35 @@ __global__ void kda_recurrent_kernel(act_out o, act_in q, act_in k, act_in v, co
             out += s * q_t[i];
         }
         o.store((t * H + h) * dv + j, out);
-        if (snapshots && snapshots[t]) {
-            float *snap = snapshots[t] + head;
+        /* Thread j writes only its own column, which no other thread reads: no barrier needed. The slot read at
+         * the start may be written here (a ring of one): it was copied into S before the first token. */
+        const int32_t slot = slots[1 + t];
+        if (slot >= 0) {
+            float *snap = states + (int64_t)slot * slot_size + head;
             for (int64_t i = 0; i < dk; i++) snap[i * dv + j] = S[i * dv + j];
         }
     }
-
-    __syncthreads();   /* every column final before the block-wide copy out */
-    for (int64_t i = threadIdx.x; i < dk * dv; i += blockDim.x) state[head + i] = S[i];
 }
 
 /* ------------------------------------------------------------------------------------------------------------
  * Host side
  */
+glm53_status cuda_conv1d_causal(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x, const glm53_tensor *w) {
+    cuda_backend *cb = cuda_impl(be);
+    assert(cuda_is_act(x) && cuda_is_act(y));
+    int64_t T = glm53_tensor_rows(y), C = cuda_cols(y), K = cuda_cols(w);
+    assert(K >= 1 && glm53_tensor_rows(w) == C);
+    assert(cuda_cols(x) == C && glm53_tensor_rows(x) == T + K - 1);
+    weight_ref wr;
+    GLM53_TRY(cuda_weight_ref(w, &wr, "conv1d_causal"));   /* [C,K] or the checkpoint's [C,1,K]: rows of K */
+    GLM53_TRY(cuda_enter(cb));
+    if (T == 0 || C == 0) return GLM53_OK;
+    conv1d_causal_kernel<<<cuda_blocks_for(T * C, 256), 256, 0, cb->stream>>>(
+        cuda_act_out(y), cuda_act_in(x), wr, T, C, K);
+    CUDA_LAUNCHED("conv1d_causal");
+    return GLM53_OK;
+}
+
 static bool is_f32_on_device(const glm53_tensor *t) { return cuda_is_act(t) && t->dtype == GLM53_F32; }
 
 glm53_status cuda_kda_gate(glm53_backend *be, glm53_tensor *g, const glm53_tensor *f, const glm53_tensor *A_log,
@@ -106,53 +137,28 @@ glm53_status cuda_kda_gate(glm53_backend *be, glm53_tensor *g, const glm53_tenso
 
 glm53_status cuda_kda_recurrent(glm53_backend *be, glm53_tensor *o, const glm53_tensor *q, const glm53_tensor *k,
                                 const glm53_tensor *v, const glm53_tensor *g, const glm53_tensor *beta,
-                                glm53_tensor *state, glm53_tensor *const *snapshots) {
+                                glm53_tensor *states, const glm53_tensor *slots) {
     cuda_backend *cb = cuda_impl(be);
     assert(cuda_is_act(o) && cuda_is_act(q) && cuda_is_act(k) && cuda_is_act(v));
-    assert(is_f32_on_device(g) && is_f32_on_device(beta) && is_f32_on_device(state));
-    assert(q->ndim == 3 && v->ndim == 3);
+    assert(is_f32_on_device(g) && is_f32_on_device(beta) && is_f32_on_device(states));
+    assert(q->ndim == 3 && v->ndim == 3 && states->ndim == 4);
     int64_t T = q->shape[0], H = q->shape[1], dk = q->shape[2], dv = v->shape[2];
     assert(glm53_tensor_numel(k) == T * H * dk && glm53_tensor_numel(g) == T * H * dk);
     assert(glm53_tensor_numel(v) == T * H * dv && glm53_tensor_numel(o) == T * H * dv);
-    assert(glm53_tensor_numel(beta) == T * H && glm53_tensor_numel(state) == H * dk * dv);
+    assert(glm53_tensor_numel(beta) == T * H);
+    assert(states->shape[1] == H && states->shape[2] == dk && states->shape[3] == dv);
+    assert(slots->dtype == GLM53_I32 && slots->data && slots->device == GLM53_DEVICE_CUDA);
+    assert(glm53_tensor_numel(slots) == T + 1);
     assert(dv >= 1 && dv <= 1024 && H <= INT32_MAX);
     GLM53_TRY(cuda_enter(cb));
     if (H == 0) return GLM53_OK;
 
     size_t smem = (size_t)(dk * dv + 3 * dk) * sizeof(float);
     GLM53_TRY(cuda_smem_optin(cb, (const void *)kda_recurrent_kernel, smem, "kda_recurrent"));
-
-    /* The snapshot pointers go to the device as one array (NULL entries stay NULL); none at all -> no array. */
-    cuda_scratch snap_dev;
-    float **snap_ptrs = nullptr;
-    bool any_snapshot = false;
-    for (int64_t t = 0; snapshots && t < T; t++) any_snapshot = any_snapshot || snapshots[t] != nullptr;
-    if (any_snapshot) {
-        float **host = (float **)malloc((size_t)T * sizeof(float *));
-        if (!host) return GLM53_FAIL(GLM53_ERR_OUT_OF_MEMORY, "cuda kda_recurrent: %lld snapshot pointers", (long long)T);
-        for (int64_t t = 0; t < T; t++) {
-            const glm53_tensor *s = snapshots[t];
-            assert(!s || (is_f32_on_device(s) && glm53_tensor_numel(s) == H * dk * dv));
-            host[t] = s ? (float *)s->data : nullptr;
-        }
-        glm53_status st = snap_dev.get(cb, (size_t)T * sizeof(float *), "kda_recurrent snapshot pointers");
-        if (st == GLM53_OK) {
-            /* From pageable memory the copy is staged before cudaMemcpyAsync returns, so host can go now. */
-            cudaError_t e = cudaMemcpyAsync(snap_dev.ptr, host, (size_t)T * sizeof(float *), cudaMemcpyHostToDevice,
-                                            cb->stream);
-            if (e != cudaSuccess)
-                st = GLM53_FAIL(GLM53_ERR_BACKEND, "cuda kda_recurrent: cudaMemcpyAsync of snapshot pointers: %s",
-                                cudaGetErrorString(e));
-        }
-        free(host);
-        GLM53_TRY(st);
-        snap_ptrs = (float **)snap_dev.ptr;
-    }
-
     unsigned threads = (unsigned)((dv + 31) / 32 * 32);
     kda_recurrent_kernel<<<(unsigned)H, threads, smem, cb->stream>>>(
         cuda_act_out(o), cuda_act_in(q), cuda_act_in(k), cuda_act_in(v), (const float *)g->data,
-        (const float *)beta->data, (float *)state->data, snap_ptrs, T, H, dk, dv);
+        (const float *)beta->data, (float *)states->data, (const int32_t *)slots->data, T, H, dk, dv);
     CUDA_LAUNCHED("kda_recurrent");
     return GLM53_OK;
 }

@@ -1,10 +1,10 @@
 /*
- * ops_linear.cu - matmul y[M,N] = x[M,K] * w[N,K]^T on the CUDA backend.
+ * linear.cu - matmul y[M,N] = x[M,K] * w[N,K]^T on the CUDA backend, and the fused dense SwiGLU.
  *
  * Three paths, chosen by dtypes and M:
- *   1. FP8 weight and M <= FP8_GEMV_MAX_M (decode, speculative verification): fp8_gemv_kernel reads the FP8
- *      codes directly (one byte per weight, the least memory traffic), dequantises each with its block scale in
- *      F32 and accumulates in F32. One warp per output column.
+ *   1. FP8 weight and M <= GEMV_MAX_M (decode, speculative verification): gemv_kernel reads the FP8 codes
+ *      directly (one byte per weight, the least memory traffic), dequantises each with its block scale in F32
+ *      and accumulates in F32. One warp per output column (gemv.cuh).
  *   2. BF16 activation with a BF16 or FP8 weight: cuBLAS BF16 GEMM with F32 accumulation (CUBLAS_COMPUTE_32F),
  *      output BF16 or F32 straight from cuBLAS. An FP8 weight is first dequantised to BF16 into a scratch buffer
  *      (one rounding of code * scale, as HF's "dequantise then BF16 GEMM").
@@ -20,11 +20,11 @@
  * for the weight, VEC128_32F for the activation) needs the activation quantised to FP8 per 1x128 group, a
  * different precision contract (lmdeploy's); it belongs to the performance issue, behind a capability check.
  */
-#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/gemv.cuh"
 
 #include <climits>
 
-enum { FP8_GEMV_MAX_M = 16, FP8_GEMV_THREADS = 256 };
+enum { GEMV_MAX_M = 16, GEMV_THREADS = 256 };
 
 /* ------------------------------------------------------------------------------------------------------------
  * Kernels
@@ -36,65 +36,45 @@ __global__ void dequantize_kernel(act_out out, weight_ref w, int64_t rows, int64
         out.store(i, w.at(i / cols, i % cols));
 }
 
-/* y[M,N] = x[M,K] * w[N,K]^T for an FP8 w, M <= MAX_M. Warp `n` owns output column n: its lanes walk row n of w
- * (16 codes = one 16-byte load per lane per step when rows are 16-byte aligned, else one code per lane) and keep
- * one F32 partial sum per x row; a warp reduction finishes each. */
+/* y[M,N] = x[M,K] * w[N,K]^T for M <= MAX_M. Warp `n` owns output column n (gemv.cuh has the lane order). */
 template <int MAX_M>
-__global__ void __launch_bounds__(FP8_GEMV_THREADS)
-fp8_gemv_kernel(act_out y, act_in x, weight_ref w, int M, int64_t N, int64_t K, bool vec16) {
+__global__ void __launch_bounds__(GEMV_THREADS)
+gemv_kernel(act_out y, act_in x, weight_ref w, int M, int64_t N, int64_t K, bool vec16) {
     int64_t n = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     int lane = threadIdx.x & 31;
     if (n >= N) return;   /* the whole warp leaves together: no reduction is skipped by half a warp */
-    const uint8_t *wrow = (const uint8_t *)w.data + n * K;
-    const float *srow = w.scale ? w.scale + (n / w.block_rows) * w.scale_stride : nullptr;
-
     float acc[MAX_M];
 #pragma unroll
     for (int m = 0; m < MAX_M; m++) acc[m] = 0.0f;
-
-    if (vec16) {
-        for (int64_t k0 = (int64_t)lane * 16; k0 < K; k0 += 32 * 16) {
-            uint4 packed = *reinterpret_cast<const uint4 *>(wrow + k0);
-            uint32_t words[4] = {packed.x, packed.y, packed.z, packed.w};
-            float wv[16];
-#pragma unroll
-            for (int j = 0; j < 16; j++) wv[j] = cuda_fp8_e4m3_to_float((uint8_t)(words[j / 4] >> (8 * (j % 4))));
-            if (srow) {
-                int64_t b0 = k0 / w.block_cols, b1 = (k0 + 15) / w.block_cols;
-                if (b0 == b1) {
-                    float s = srow[b0];
-#pragma unroll
-                    for (int j = 0; j < 16; j++) wv[j] *= s;
-                } else {
-#pragma unroll
-                    for (int j = 0; j < 16; j++) wv[j] *= srow[(k0 + j) / w.block_cols];
-                }
-            }
-#pragma unroll
-            for (int m = 0; m < MAX_M; m++) {
-                if (m < M) {
-                    float part = 0.0f;
-#pragma unroll
-                    for (int j = 0; j < 16; j++) part += x[(int64_t)m * K + k0 + j] * wv[j];
-                    acc[m] += part;
-                }
-            }
-        }
-    } else {
-        for (int64_t k = lane; k < K; k += 32) {
-            float wv = cuda_fp8_e4m3_to_float(wrow[k]);
-            if (srow) wv *= srow[k / w.block_cols];
-#pragma unroll
-            for (int m = 0; m < MAX_M; m++)
-                if (m < M) acc[m] += x[(int64_t)m * K + k] * wv;
-        }
-    }
-
+    gemv_lane_partials<MAX_M>(acc, w, n, x, 0, M, K, vec16, lane);
 #pragma unroll
     for (int m = 0; m < MAX_M; m++) {
         if (m < M) {
             float s = cuda_warp_sum(acc[m]);
             if (lane == 0) y.store((int64_t)m * N + n, s);
+        }
+    }
+}
+
+/* y[M,F] = swiglu(x * wg^T, x * wu^T) for M <= MAX_M: warp f computes column f of both products for every row,
+ * rounds each to y's dtype (as the generic chain stores them) and writes the SwiGLU. */
+template <int MAX_M>
+__global__ void __launch_bounds__(GEMV_THREADS)
+swiglu_gate_up_kernel(act_out y, act_in x, weight_ref wg, weight_ref wu, int M, int64_t F, int64_t K, bool vec16_g,
+                      bool vec16_u, float limit) {
+    int64_t f = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    int lane = threadIdx.x & 31;
+    if (f >= F) return;
+    float acc_g[MAX_M], acc_u[MAX_M];
+#pragma unroll
+    for (int m = 0; m < MAX_M; m++) acc_g[m] = acc_u[m] = 0.0f;
+    gemv_lane_partials<MAX_M>(acc_g, wg, f, x, 0, M, K, vec16_g, lane);
+    gemv_lane_partials<MAX_M>(acc_u, wu, f, x, 0, M, K, vec16_u, lane);
+#pragma unroll
+    for (int m = 0; m < MAX_M; m++) {
+        if (m < M) {
+            float g = round_as_act(cuda_warp_sum(acc_g[m]), y.bf16), u = round_as_act(cuda_warp_sum(acc_u[m]), y.bf16);
+            if (lane == 0) y.store((int64_t)m * F + f, cuda_swiglu_value(g, u, limit));
         }
     }
 }
@@ -133,12 +113,11 @@ glm53_status cuda_matmul(glm53_backend *be, glm53_tensor *y, const glm53_tensor 
     GLM53_TRY(cuda_enter(cb));
     if (M == 0 || N == 0) return GLM53_OK;
 
-    if (w->dtype == GLM53_F8_E4M3 && M <= FP8_GEMV_MAX_M) {
-        bool vec16 = K % 16 == 0 && (uintptr_t)w->data % 16 == 0;
-        int warps = FP8_GEMV_THREADS / 32;
+    if (w->dtype == GLM53_F8_E4M3 && M <= GEMV_MAX_M) {
+        int warps = GEMV_THREADS / 32;
         unsigned blocks = (unsigned)((N + warps - 1) / warps);
-        fp8_gemv_kernel<FP8_GEMV_MAX_M><<<blocks, FP8_GEMV_THREADS, 0, cb->stream>>>(
-            cuda_act_out(y), cuda_act_in(x), wr, (int)M, N, K, vec16);
+        gemv_kernel<GEMV_MAX_M><<<blocks, GEMV_THREADS, 0, cb->stream>>>(cuda_act_out(y), cuda_act_in(x), wr, (int)M,
+                                                                         N, K, gemv_vec16(wr, K));
         CUDA_LAUNCHED("matmul (fp8 gemv)");
         return GLM53_OK;
     }
@@ -174,5 +153,36 @@ glm53_status cuda_matmul(glm53_backend *be, glm53_tensor *y, const glm53_tensor 
     }
     GLM53_TRY(gemm(cb, M, N, K, a, CUDA_R_32F, b, CUDA_R_32F, c, CUDA_R_32F));
     if (c != y->data) GLM53_TRY(cuda_convert(cb, cuda_act_out(y), act_in{c, false}, M * N));
+    return GLM53_OK;
+}
+
+/* The fused dense SwiGLU (backend.h swiglu_gate_up): one GEMV kernel for decode-sized M, else the generic chain
+ * (two matmuls into workspace scratch, then swiglu). */
+glm53_status cuda_swiglu_gate_up(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x, const glm53_tensor *w_gate,
+                                 const glm53_tensor *w_up, float limit) {
+    cuda_backend *cb = cuda_impl(be);
+    assert(cuda_is_act(x) && cuda_is_act(y) && w_gate->ndim == 2 && w_up->ndim == 2);
+    int64_t M = glm53_tensor_rows(x), K = cuda_cols(x), F = w_gate->shape[0];
+    assert(w_gate->shape[1] == K && w_up->shape[0] == F && w_up->shape[1] == K);
+    assert(glm53_tensor_rows(y) == M && cuda_cols(y) == F && M <= INT_MAX);
+    if (M > GEMV_MAX_M) {
+        size_t bytes = (size_t)(M * F) * glm53_dtype_size((glm53_dtype)y->dtype);
+        cuda_scratch gate_buf, up_buf;
+        GLM53_TRY(gate_buf.get(cb, bytes, "swiglu_gate_up gate"));
+        GLM53_TRY(up_buf.get(cb, bytes, "swiglu_gate_up up"));
+        glm53_tensor gate = cuda_view_2d(gate_buf.ptr, y->dtype, M, F), up = cuda_view_2d(up_buf.ptr, y->dtype, M, F);
+        GLM53_TRY(cuda_matmul(be, &gate, x, w_gate));
+        GLM53_TRY(cuda_matmul(be, &up, x, w_up));
+        return cuda_swiglu(be, y, &gate, &up, limit);
+    }
+    weight_ref gr, ur;
+    GLM53_TRY(cuda_weight_ref(w_gate, &gr, "swiglu_gate_up"));
+    GLM53_TRY(cuda_weight_ref(w_up, &ur, "swiglu_gate_up"));
+    GLM53_TRY(cuda_enter(cb));
+    if (M == 0 || F == 0) return GLM53_OK;
+    int warps = GEMV_THREADS / 32;
+    swiglu_gate_up_kernel<GEMV_MAX_M><<<(unsigned)((F + warps - 1) / warps), GEMV_THREADS, 0, cb->stream>>>(
+        cuda_act_out(y), cuda_act_in(x), gr, ur, (int)M, F, K, gemv_vec16(gr, K), gemv_vec16(ur, K), limit);
+    CUDA_LAUNCHED("swiglu_gate_up");
     return GLM53_OK;
 }

@@ -1,29 +1,39 @@
 /*
- * ops_moe.cu - MoE routing and routed-expert compute (glm53-architecture.md section 4.8) on the CUDA backend.
+ * moe.cu - MoE routing and routed-expert compute (docs/architecture.md section 6) on the CUDA backend.
  *
  * moe_route: one block per token row. The block computes the sigmoid scores into shared memory; thread 0 then
  * runs the group stage and the top-k exactly as the CPU backend does (E = 288 and k = 8: a few thousand
  * comparisons), so ids, their order and ties agree with the reference.
  *
- * moe_experts groups the (row, slot) pairs by expert and runs each used expert as three ordinary matmuls over
- * its rows, so every weight dtype and every matmul path (FP8 GEMV for few rows, dequantise + cuBLAS for many)
- * is reused as is:
+ * moe_experts has two paths.
+ *
+ * Decode-sized batches (at most DEVICE_PATH_MAX_ROWS rows) stay on the device end to end, so a decode step
+ * never waits for the host and can be captured into a CUDA graph: a table of every expert's weights is built
+ * once at load (prepare_experts), and three kernels run per call: per (slot, f) a warp computes the gate and up
+ * dot products of its row against expert ids[slot] (gemv.cuh, the same lane order as matmul's GEMV), rounds
+ * both to x's dtype and stores the SwiGLU; per (slot, d) a warp computes the down projection into F32; per row
+ * the weighted sum over the slots in order. Expert weights are read once per slot that uses them.
+ *
+ * Larger batches (prefill) group the (row, slot) pairs by expert and run each used expert as three ordinary
+ * matmuls over its rows, so every weight dtype and every matmul path (FP8 GEMV for few rows, dequantise +
+ * cuBLAS for many) is reused as is:
  *   1. download ids (the grouping is decided on the host: one stream synchronisation per call);
  *   2. order the N*k slots by expert, upload the order;
  *   3. gather x rows into that order, then per expert: gate = x W_g^T, up = x W_u^T, gate = swiglu(gate, up),
  *      out = gate W_d^T (F32);
  *   4. y[n] = sum_slot weights[n, slot] * out[slot], in slot order, F32, one rounding.
  * Intermediates (gate, up) are in x's dtype: BF16 like every engine's expert GEMMs, or F32 for a full-precision
- * call. Rows are processed in chunks so the scratch stays bounded for long prefills. The host round trip rules
- * out CUDA graphs for this op; a device-side grouping is the performance issue's.
+ * call. Rows are processed in chunks so the scratch stays bounded for long prefills. The host round trip makes
+ * this path one synchronisation per call; grouped GEMMs for prefill are the performance issue's.
  */
-#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/gemv.cuh"
 
 #include <algorithm>
 #include <new>
 #include <vector>
 
-enum { ROUTE_THREADS = 128 };
+enum { ROUTE_THREADS = 128, EXPERT_THREADS = 256 };
+static const int64_t DEVICE_PATH_MAX_ROWS = 16;   /* rows up to which moe_experts stays on the device */
 static const int64_t EXPERT_CHUNK_ROWS = 512;   /* token rows per round of moe_experts: bounds its scratch */
 
 /* ------------------------------------------------------------------------------------------------------------
@@ -113,7 +123,144 @@ glm53_status cuda_moe_route(glm53_backend *be, glm53_tensor *ids, glm53_tensor *
 }
 
 /* ------------------------------------------------------------------------------------------------------------
- * moe_experts
+ * moe_experts, device path
+ */
+/* One expert's weights as kernels read them (a routed-to expert without weights has gate.data == NULL). */
+struct cuda_expert {
+    weight_ref gate, up, down;
+    int64_t    width;   /* Fe */
+};
+
+/* What prepare_experts leaves in glm53_expert_set.device. */
+struct cuda_expert_table {
+    cuda_expert *experts;   /* device [n_experts] */
+    int64_t      max_width;
+};
+
+/* h[slot, f] = swiglu(round(x[slot / K] . gate_e[f]), round(x[slot / K] . up_e[f])), e = ids[slot]; h [N*K, F]
+ * in x's dtype, F = the widest expert. grid (ceil(F / warps), N*K); warp f of the block row. */
+__global__ void __launch_bounds__(EXPERT_THREADS)
+expert_gate_up_kernel(act_out h, act_in x, const int32_t *ids, const cuda_expert *experts, int32_t n_experts,
+                      int64_t K, int64_t D, int64_t F, float limit, cuda_fault *fault) {
+    const int64_t slot = blockIdx.y, f = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    const int lane = threadIdx.x & 31;
+    const int32_t e = ids[slot];
+    if (e < 0 || f >= F) return;   /* an unused slot: combine skips it */
+    if (e >= n_experts || !experts[e].gate.data) {
+        if (f == 0 && lane == 0) cuda_record_fault(fault, CUDA_FAULT_MOE_EXPERTS, slot, e, n_experts);
+        return;
+    }
+    const cuda_expert &ex = experts[e];
+    if (f >= ex.width) return;
+    float g[1] = {0.0f}, u[1] = {0.0f};
+    gemv_lane_partials<1>(g, ex.gate, f, x, (slot / K) * D, 1, D, gemv_vec16(ex.gate, D), lane);
+    gemv_lane_partials<1>(u, ex.up, f, x, (slot / K) * D, 1, D, gemv_vec16(ex.up, D), lane);
+    float gs = round_as_act(cuda_warp_sum(g[0]), h.bf16), us = round_as_act(cuda_warp_sum(u[0]), h.bf16);
+    if (lane == 0) h.store(slot * F + f, cuda_swiglu_value(gs, us, limit));
+}
+
+/* out[slot, d] = h[slot, :Fe] . down_e[d] (F32); grid (ceil(D / warps), N*K). */
+__global__ void __launch_bounds__(EXPERT_THREADS)
+expert_down_kernel(float *out, act_in h, const int32_t *ids, const cuda_expert *experts, int32_t n_experts, int64_t D,
+                   int64_t F) {
+    const int64_t slot = blockIdx.y, d = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    const int lane = threadIdx.x & 31;
+    const int32_t e = ids[slot];
+    if (e < 0 || e >= n_experts || !experts[e].gate.data || d >= D) return;   /* faults: gate_up recorded them */
+    const cuda_expert &ex = experts[e];
+    float acc[1] = {0.0f};
+    gemv_lane_partials<1>(acc, ex.down, d, h, slot * F, 1, ex.width, gemv_vec16(ex.down, ex.width), lane);
+    float s = cuda_warp_sum(acc[0]);
+    if (lane == 0) out[slot * D + d] = s;
+}
+
+/* y[n][d] = sum_k weights[n][k] * out[n*K + k][d] over the used slots, in slot order. */
+__global__ void slot_combine_kernel(act_out y, const float *out, const int32_t *ids, const float *weights, int64_t N,
+                                    int64_t K, int64_t D) {
+    GRID_STRIDE(i, N * D) {
+        int64_t n = i / D, d = i % D;
+        float acc = 0.0f;
+        for (int64_t k = 0; k < K; k++)
+            if (ids[n * K + k] >= 0) acc += weights[n * K + k] * out[(n * K + k) * D + d];
+        y.store(i, acc);
+    }
+}
+
+static glm53_status moe_experts_on_device(cuda_backend *cb, glm53_tensor *y, const glm53_tensor *x,
+                                          const glm53_tensor *ids, const glm53_tensor *weights,
+                                          const cuda_expert_table *table, int32_t n_experts, float limit) {
+    int64_t N = glm53_tensor_rows(x), D = cuda_cols(x), K = cuda_cols(ids), F = table->max_width;
+    size_t act = glm53_dtype_size((glm53_dtype)x->dtype);
+    cuda_scratch h_buf, out_buf;
+    GLM53_TRY(h_buf.get(cb, (size_t)(N * K * F) * act, "moe_experts swiglu rows"));
+    GLM53_TRY(out_buf.get(cb, (size_t)(N * K * D) * sizeof(float), "moe_experts expert outputs"));
+    const int warps = EXPERT_THREADS / 32;
+    dim3 grid_f((unsigned)((F + warps - 1) / warps), (unsigned)(N * K));
+    expert_gate_up_kernel<<<grid_f, EXPERT_THREADS, 0, cb->stream>>>(
+        act_out{h_buf.ptr, x->dtype == GLM53_BF16}, cuda_act_in(x), (const int32_t *)ids->data, table->experts,
+        n_experts, K, D, F, limit, cb->fault);
+    CUDA_LAUNCHED("moe_experts (gate, up)");
+    dim3 grid_d((unsigned)((D + warps - 1) / warps), (unsigned)(N * K));
+    expert_down_kernel<<<grid_d, EXPERT_THREADS, 0, cb->stream>>>(
+        (float *)out_buf.ptr, act_in{h_buf.ptr, x->dtype == GLM53_BF16}, (const int32_t *)ids->data, table->experts,
+        n_experts, D, F);
+    CUDA_LAUNCHED("moe_experts (down)");
+    slot_combine_kernel<<<cuda_blocks_for(N * D, 256), 256, 0, cb->stream>>>(
+        cuda_act_out(y), (const float *)out_buf.ptr, (const int32_t *)ids->data, (const float *)weights->data, N, K,
+        D);
+    CUDA_LAUNCHED("moe_experts (combine)");
+    return GLM53_OK;
+}
+
+glm53_status cuda_prepare_experts(glm53_backend *be, glm53_expert_set *set) {
+    cuda_backend *cb = cuda_impl(be);
+    if (set->device) return GLM53_OK;
+    std::vector<cuda_expert> host;
+    try {
+        host.resize((size_t)set->n_experts);
+    } catch (const std::bad_alloc &) {
+        return GLM53_FAIL(GLM53_ERR_OUT_OF_MEMORY, "cuda prepare_experts: no host memory for %d experts", set->n_experts);
+    }
+    int64_t max_width = 0;
+    for (int32_t e = 0; e < set->n_experts; e++) {
+        cuda_expert &ex = host[(size_t)e];
+        ex = cuda_expert{};
+        if (!set->gate[e] || !set->up[e] || !set->down[e]) continue;   /* a fault if ever routed to */
+        GLM53_TRY(cuda_weight_ref(set->gate[e], &ex.gate, "prepare_experts"));
+        GLM53_TRY(cuda_weight_ref(set->up[e], &ex.up, "prepare_experts"));
+        GLM53_TRY(cuda_weight_ref(set->down[e], &ex.down, "prepare_experts"));
+        ex.width = set->gate[e]->shape[0];
+        if (ex.width > max_width) max_width = ex.width;
+    }
+    cuda_expert_table *table = new (std::nothrow) cuda_expert_table();
+    if (!table) return GLM53_FAIL(GLM53_ERR_OUT_OF_MEMORY, "cuda prepare_experts: no host memory");
+    table->max_width = max_width;
+    size_t bytes = host.size() * sizeof(cuda_expert);
+    glm53_status st = cuda_device_alloc(cb, bytes ? bytes : 1, (void **)&table->experts, "expert table");
+    if (st == GLM53_OK && bytes) {
+        cudaError_t e = cudaMemcpyAsync(table->experts, host.data(), bytes, cudaMemcpyHostToDevice, cb->stream);
+        if (e == cudaSuccess) st = cuda_stream_wait(cb);   /* host is a local: the copy must finish first */
+        else st = GLM53_FAIL(GLM53_ERR_BACKEND, "cuda prepare_experts: upload: %s", cudaGetErrorString(e));
+    }
+    if (st != GLM53_OK) {
+        if (table->experts) cuda_device_free(cb, table->experts);
+        delete table;
+        return st;
+    }
+    set->device = table;
+    return GLM53_OK;
+}
+
+void cuda_release_experts(glm53_backend *be, glm53_expert_set *set) {
+    cuda_expert_table *table = (cuda_expert_table *)set->device;
+    if (!table) return;
+    cuda_device_free(cuda_impl(be), table->experts);
+    delete table;
+    set->device = nullptr;
+}
+
+/* ------------------------------------------------------------------------------------------------------------
+ * moe_experts, host-grouped path
  */
 /* xg[i] = x[row_of[i]] for i < n, rows of D. */
 __global__ void gather_by_index_kernel(act_out xg, act_in x, const int32_t *row_of, int64_t n, int64_t D) {
@@ -141,10 +288,10 @@ static glm53_status upload_i32(cuda_backend *cb, void *dst, const int32_t *src, 
     return GLM53_OK;
 }
 
-static glm53_status moe_experts(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x, const glm53_tensor *ids,
-                                const glm53_tensor *weights, const glm53_tensor *const *gate,
-                                const glm53_tensor *const *up, const glm53_tensor *const *down, int32_t n_experts,
-                                float limit) {
+static glm53_status moe_experts_grouped(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x,
+                                        const glm53_tensor *ids, const glm53_tensor *weights,
+                                        const glm53_tensor *const *gate, const glm53_tensor *const *up,
+                                        const glm53_tensor *const *down, int32_t n_experts, float limit) {
     cuda_backend *cb = cuda_impl(be);
     assert(cuda_is_act(y) && cuda_is_act(x) && x->dtype == y->dtype);
     assert(cuda_is_act(weights) && weights->dtype == GLM53_F32);
@@ -159,7 +306,7 @@ static glm53_status moe_experts(glm53_backend *be, glm53_tensor *y, const glm53_
     std::vector<int32_t> id_host((size_t)(N * K));
     if (N * K > 0) CUDA_TRY(cudaMemcpyAsync(id_host.data(), ids->data, (size_t)(N * K) * sizeof(int32_t),
                                         cudaMemcpyDeviceToHost, cb->stream));
-    CUDA_TRY(cudaStreamSynchronize(cb->stream));
+    GLM53_TRY(cuda_stream_wait(cb));
     int64_t F = 0;
     for (int64_t i = 0; i < N * K; i++) {
         int32_t e = id_host[(size_t)i];
@@ -246,11 +393,22 @@ static glm53_status moe_experts(glm53_backend *be, glm53_tensor *y, const glm53_
 }
 
 glm53_status cuda_moe_experts(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x, const glm53_tensor *ids,
-                              const glm53_tensor *weights, const glm53_tensor *const *gate,
-                              const glm53_tensor *const *up, const glm53_tensor *const *down, int32_t n_experts,
-                              float limit) {
+                              const glm53_tensor *weights, const glm53_expert_set *experts, float limit) {
+    cuda_backend *cb = cuda_impl(be);
+    assert(cuda_is_act(y) && cuda_is_act(x) && x->dtype == y->dtype);
+    assert(cuda_is_act(weights) && weights->dtype == GLM53_F32);
+    assert(ids->dtype == GLM53_I32 && ids->data && ids->device == GLM53_DEVICE_CUDA);
+    int64_t N = glm53_tensor_rows(x), K = cuda_cols(ids);
+    assert(glm53_tensor_rows(y) == N && cuda_cols(y) == cuda_cols(x));
+    assert(glm53_tensor_numel(ids) == N * K && glm53_tensor_numel(weights) == N * K);
+    GLM53_TRY(cuda_enter(cb));
+    if (N == 0 || cuda_cols(x) == 0) return GLM53_OK;
+    const cuda_expert_table *table = (const cuda_expert_table *)experts->device;
+    if (table && N <= DEVICE_PATH_MAX_ROWS && table->max_width > 0)
+        return moe_experts_on_device(cb, y, x, ids, weights, table, experts->n_experts, limit);
     try {   /* the host-side grouping uses std::vector: its bad_alloc must not cross into C */
-        return moe_experts(be, y, x, ids, weights, gate, up, down, n_experts, limit);
+        return moe_experts_grouped(be, y, x, ids, weights, experts->gate, experts->up, experts->down,
+                                   experts->n_experts, limit);
     } catch (const std::bad_alloc &) {
         return GLM53_FAIL(GLM53_ERR_OUT_OF_MEMORY, "cuda moe_experts: no host memory for the expert grouping");
     }

@@ -48,7 +48,7 @@ int64_t      glm53_tensor_numel(const glm53_tensor *t);
 glm53_status glm53_tensor_to_f32(const glm53_tensor *t, float *dst, int64_t n);
 int32_t      glm53_argmax_f32(const float *x, int64_t n);
 enum { GLM53_MAX_LAYERS = 128 };
-typedef enum glm53_layer_type   { GLM53_LAYER_KDA = 0, GLM53_LAYER_DSA = 1 } glm53_layer_type;
+typedef enum glm53_layer_type   { GLM53_LAYER_KDA = 0, GLM53_LAYER_SPARSE_MLA = 1 } glm53_layer_type;
 typedef enum glm53_mlp_type     { GLM53_MLP_DENSE = 0, GLM53_MLP_MOE = 1 } glm53_mlp_type;
 typedef enum glm53_indexer_type { GLM53_INDEXER_FULL = 0, GLM53_INDEXER_SHARED = 1 } glm53_indexer_type;
 typedef struct glm53_text_config {
@@ -102,6 +102,7 @@ typedef struct glm53_model_params {
     int32_t load_mtp;
     int64_t cache_bytes_max;
     int32_t activation_dtype;
+    int32_t step_rows;
 } glm53_model_params;
 typedef struct glm53_seq_params {
     int64_t max_tokens;
@@ -137,6 +138,23 @@ typedef struct glm53_step_output {
     int32_t n_out;
 } glm53_step_output;
 glm53_status glm53_model_step(glm53_model *model, const glm53_batch *batch, glm53_step_output *out);
+typedef struct glm53_step_request {
+    int32_t            mtp_layer;
+    const glm53_batch *batch;
+    const float       *hidden_in;
+    glm53_step_output *out;
+    uint64_t           tag;
+} glm53_step_request;
+typedef struct glm53_step_completion {
+    uint64_t tag;
+    int32_t  status;
+    int32_t  n_out;
+    char     error[512];
+} glm53_step_completion;
+glm53_status glm53_model_submit(glm53_model *model, const glm53_step_request *request);
+int32_t      glm53_model_completion_fd(glm53_model *model);
+int32_t      glm53_model_poll(glm53_model *model, glm53_step_completion *out);
+glm53_status glm53_model_wait(glm53_model *model, glm53_step_completion *out);
 int32_t      glm53_model_n_mtp(const glm53_model *model);
 glm53_status glm53_model_mtp_step(glm53_model *model, int32_t mtp_layer, const glm53_batch *batch,
                                             const float *hidden_in, glm53_step_output *out);

@@ -237,44 +237,44 @@ static void test_threadpool(void) {
 static void test_memory(void) {
     TEST_CASE("memory: alloc, upload, download, copy, fill") {
         glm53_backend *be = backends[0];
-        CHECK(strcmp(be->name, "cpu") == 0 && be->device == GLM53_DEVICE_CPU && be->act_dtype == GLM53_F32,
+        CHECK(strcmp(be->ops->name, "cpu") == 0 && be->device == GLM53_DEVICE_CPU && be->act_dtype == GLM53_F32,
               "identity");
         glm53_tensor a = {.dtype = GLM53_F32, .ndim = 3, .shape = {3, 5, 7}};
-        CHECK(be->alloc(be, &a) == GLM53_OK, "alloc");
+        CHECK(be->ops->alloc(be, &a) == GLM53_OK, "alloc");
         CHECK(a.stride[0] == 35 && a.stride[1] == 7 && a.stride[2] == 1, "contiguous strides");
         CHECK(((uintptr_t)a.data & 63) == 0, "64-byte aligned");
         float host[105], back[105];
         for (int i = 0; i < 105; i++) host[i] = test_normal();
-        CHECK(be->upload(be, &a, host) == GLM53_OK, "upload");
-        CHECK(be->download(be, back, &a) == GLM53_OK && memcmp(host, back, sizeof host) == 0, "round trip");
+        CHECK(be->ops->upload(be, &a, host) == GLM53_OK, "upload");
+        CHECK(be->ops->download(be, back, &a) == GLM53_OK && memcmp(host, back, sizeof host) == 0, "round trip");
 
         glm53_tensor h = {.dtype = GLM53_BF16, .ndim = 2, .shape = {15, 7}};
-        CHECK(be->alloc(be, &h) == GLM53_OK, "alloc bf16");
-        CHECK(be->copy(be, &h, &a) == GLM53_OK, "copy f32 -> bf16");
+        CHECK(be->ops->alloc(be, &h) == GLM53_OK, "alloc bf16");
+        CHECK(be->ops->copy(be, &h, &a) == GLM53_OK, "copy f32 -> bf16");
         int bad = 0;
         for (int i = 0; i < 105; i++) bad += ((uint16_t *)h.data)[i] != glm53_f32_to_bf16(host[i]);
         CHECK(bad == 0, "f32 -> bf16 rounds to nearest even (%d wrong)", bad);
         poison(&a);
-        CHECK(be->copy(be, &a, &h) == GLM53_OK, "copy bf16 -> f32");
+        CHECK(be->ops->copy(be, &a, &h) == GLM53_OK, "copy bf16 -> f32");
         bad = 0;
         for (int i = 0; i < 105; i++) bad += f32(&a)[i] != glm53_round_bf16(host[i]);
         CHECK(bad == 0, "bf16 -> f32 exact (%d wrong)", bad);
 
         glm53_tensor i32 = {.dtype = GLM53_I32, .ndim = 1, .shape = {105}};
-        CHECK(be->alloc(be, &i32) == GLM53_OK, "alloc i32");
-        CHECK(be->copy(be, &i32, &a) == GLM53_ERR_UNSUPPORTED, "f32 -> i32 copy is refused");
-        CHECK(be->fill(be, &i32, 7.0f) == GLM53_OK && ((int32_t *)i32.data)[104] == 7, "fill i32");
-        CHECK(be->fill(be, &a, 0.1f) == GLM53_OK && f32(&a)[0] == 0.1f && f32(&a)[104] == 0.1f, "fill f32");
-        CHECK(be->fill(be, &h, 0.1f) == GLM53_OK && ((uint16_t *)h.data)[104] == glm53_f32_to_bf16(0.1f),
+        CHECK(be->ops->alloc(be, &i32) == GLM53_OK, "alloc i32");
+        CHECK(be->ops->copy(be, &i32, &a) == GLM53_ERR_UNSUPPORTED, "f32 -> i32 copy is refused");
+        CHECK(be->ops->fill(be, &i32, 7.0f) == GLM53_OK && ((int32_t *)i32.data)[104] == 7, "fill i32");
+        CHECK(be->ops->fill(be, &a, 0.1f) == GLM53_OK && f32(&a)[0] == 0.1f && f32(&a)[104] == 0.1f, "fill f32");
+        CHECK(be->ops->fill(be, &h, 0.1f) == GLM53_OK && ((uint16_t *)h.data)[104] == glm53_f32_to_bf16(0.1f),
               "fill bf16");
-        CHECK(be->sync(be) == GLM53_OK, "sync");
+        CHECK(be->ops->sync(be) == GLM53_OK, "sync");
 
         glm53_tensor empty = {.dtype = GLM53_F32, .ndim = 2, .shape = {0, 4}};
-        CHECK(be->alloc(be, &empty) == GLM53_OK && empty.data, "zero-size alloc gives a pointer");
-        be->release(be, &empty);
-        be->release(be, &a);
-        be->release(be, &h);
-        be->release(be, &i32);
+        CHECK(be->ops->alloc(be, &empty) == GLM53_OK && empty.data, "zero-size alloc gives a pointer");
+        be->ops->release(be, &empty);
+        be->ops->release(be, &a);
+        be->ops->release(be, &h);
+        be->ops->release(be, &i32);
         CHECK(a.data == NULL, "release clears data");
     }
 }
@@ -297,7 +297,7 @@ static rel_err matmul_err(glm53_backend *be, const glm53_tensor *w, int64_t M) {
             }
             ref[m * N + n] = s, abs_sum[m * N + n] = a;
         }
-    glm53_status st = be->matmul(be, &y, &x, w);
+    glm53_status st = be->ops->matmul(be, &y, &x, w);
     rel_err err = st == GLM53_OK ? dot_err(f32(&y), ref, abs_sum, M * N, K) : plain_err(INFINITY);
     free(ref), free(abs_sum), free(x.data), free(y.data);
     return err;
@@ -350,7 +350,7 @@ static void test_matmul(void) {
 
     TEST_CASE("matmul: unsupported weight dtype is an error") {
         glm53_tensor w = new_mat(GLM53_I32, 4, 4), x = new_mat(GLM53_F32, 1, 4), y = new_mat(GLM53_F32, 1, 4);
-        CHECK(backends[0]->matmul(backends[0], &y, &x, &w) == GLM53_ERR_UNSUPPORTED, "I32 weight");
+        CHECK(backends[0]->ops->matmul(backends[0], &y, &x, &w) == GLM53_ERR_UNSUPPORTED, "I32 weight");
         free(w.data);
         free(x.data);
         free(y.data);
@@ -421,10 +421,10 @@ static double norm_err(glm53_backend *be, enum norm_kind kind, int64_t M, int64_
     if (!in_place) poison(&y);
     glm53_status st = GLM53_OK;
     switch (kind) {
-    case NORM_RMS: st = be->rmsnorm(be, out, &x, has_w ? &w : NULL, eps); break;
-    case NORM_LAYER: st = be->layernorm(be, out, &x, has_w ? &w : NULL, has_w ? &b : NULL, eps); break;
-    case NORM_L2: st = be->l2norm(be, out, &x, eps, l2_scale); break;
-    case NORM_SOFTMAX: st = be->softmax(be, out, &x); break;
+    case NORM_RMS: st = be->ops->rmsnorm(be, out, &x, has_w ? &w : NULL, eps); break;
+    case NORM_LAYER: st = be->ops->layernorm(be, out, &x, has_w ? &w : NULL, has_w ? &b : NULL, eps); break;
+    case NORM_L2: st = be->ops->l2norm(be, out, &x, eps, l2_scale); break;
+    case NORM_SOFTMAX: st = be->ops->softmax(be, out, &x); break;
     }
     double err = st == GLM53_OK ? test_rel_err_f32_f64(f32(out), ref, M * D) : INFINITY;
     free(x.data), free(y.data), free(w.data), free(b.data), free(wref), free(bref), free(ref);
@@ -485,7 +485,7 @@ static void test_unary(void) {
                         for (int64_t i = 0; i < n; i++) ref[i] = unary_ref((glm53_unary_op)op, f32(&x)[i]);
                         glm53_tensor *out = in_place ? &x : &y;
                         if (!in_place) poison(&y);
-                        glm53_status st = backends[b]->unary(backends[b], out, &x, (glm53_unary_op)op);
+                        glm53_status st = backends[b]->ops->unary(backends[b], out, &x, (glm53_unary_op)op);
                         CHECK_ERR(names[op], st == GLM53_OK ? test_rel_err_f32_f64(f32(out), ref, n) : INFINITY,
                                   "%s n %lld in_place %d, %d threads", names[op], (long long)n, in_place, b + 1);
                         if (op == GLM53_UNARY_SOFTPLUS && n >= 5)
@@ -516,7 +516,7 @@ static void test_binary(void) {
                                     }
                                 glm53_tensor *out = in_place ? &a : &y;
                                 if (!in_place) poison(&y);
-                                glm53_status st = backends[b]->binary(backends[b], out, &a, &bt,
+                                glm53_status st = backends[b]->ops->binary(backends[b], out, &a, &bt,
                                                                       (glm53_binary_op)op);
                                 CHECK_ERR(op == GLM53_BINARY_ADD ? "binary add" : "binary mul",
                                           st == GLM53_OK ? test_rel_err_f32_f64(f32(out), ref, M * N) : INFINITY,
@@ -544,7 +544,7 @@ static void test_axpby(void) {
                     double *ref = malloc(sizeof(double) * (size_t)n);
                     for (int64_t i = 0; i < n; i++)
                         ref[i] = (double)alpha * f32(&x)[i] + (beta == 0.0f ? 0.0 : (double)beta * f32(&y)[i]);
-                    glm53_status st = backends[b]->axpby(backends[b], &y, &x, alpha, beta);
+                    glm53_status st = backends[b]->ops->axpby(backends[b], &y, &x, alpha, beta);
                     CHECK_ERR("axpby", st == GLM53_OK ? test_rel_err_f32_f64(f32(&y), ref, n) : INFINITY,
                               "n %lld beta %g, %d threads", (long long)n, beta, b + 1);
                     free(x.data), free(y.data), free(ref);
@@ -576,7 +576,7 @@ static void test_swiglu(void) {
                         }
                         ref[i] = gv / (1.0 + exp(-gv)) * uv;
                     }
-                    glm53_status st = backends[b]->swiglu(backends[b], &y, &g, &u, limit);
+                    glm53_status st = backends[b]->ops->swiglu(backends[b], &y, &g, &u, limit);
                     CHECK_ERR("swiglu", st == GLM53_OK ? test_rel_err_f32_f64(f32(&y), ref, n) : INFINITY,
                               "n %lld limit %g, %d threads", (long long)n, limit, b + 1);
                     free(g.data), free(u.data), free(y.data), free(ref);
@@ -620,7 +620,7 @@ static void test_conv1d(void) {
                                     }
                                     ref[t * C + c] = s, abs_sum[t * C + c] = a;
                                 }
-                            glm53_status st = backends[b]->conv1d_causal(backends[b], &y, &x, &w);
+                            glm53_status st = backends[b]->ops->conv1d_causal(backends[b], &y, &x, &w);
                             CHECK_REL("conv1d_causal",
                                       st == GLM53_OK ? dot_err(f32(&y), ref, abs_sum, T * C, K) : plain_err(INFINITY),
                                       "K %lld bf16 %d T %lld C %lld, %d threads", (long long)K, wbf16,
@@ -628,7 +628,7 @@ static void test_conv1d(void) {
                             free(x.data), free(y.data), free(w.data), free(ref), free(abs_sum);
                         }
         glm53_tensor x = new_mat(GLM53_F32, 4, 3), y = new_mat(GLM53_F32, 1, 3), w = new_mat(GLM53_I32, 3, 4);
-        CHECK(backends[0]->conv1d_causal(backends[0], &y, &x, &w) == GLM53_ERR_UNSUPPORTED, "I32 conv weight");
+        CHECK(backends[0]->ops->conv1d_causal(backends[0], &y, &x, &w) == GLM53_ERR_UNSUPPORTED, "I32 conv weight");
         free(x.data), free(y.data), free(w.data);
     }
 }
@@ -669,7 +669,7 @@ static void test_topk(void) {
                         }
                         poison(&vals);
                         for (int64_t i = 0; i < M * k; i++) ((int32_t *)idx.data)[i] = -1;
-                        glm53_status st = backends[b]->topk(backends[b], &vals, &idx, &x, k);
+                        glm53_status st = backends[b]->ops->topk(backends[b], &vals, &idx, &x, k);
                         int wrong = st != GLM53_OK;
                         for (int64_t m = 0; m < M && !wrong; m++) {
                             const float *xr = f32(&x) + m * N;
@@ -712,16 +712,16 @@ static void test_gather_scatter(void) {
                         for (int64_t m = 0; m < M; m++)
                             for (int64_t i = 0; i < D; i++)
                                 ref[m * D + i] = weight_ref(&table, ((int32_t *)ids.data)[m], i);
-                        glm53_status st = backends[b]->gather_rows(backends[b], &y, &table, &ids);
+                        glm53_status st = backends[b]->ops->gather_rows(backends[b], &y, &table, &ids);
                         CHECK_ERR("gather_rows", st == GLM53_OK ? test_rel_err_f32_f64(f32(&y), ref, M * D)
                                                                 : INFINITY,
                                   "%s D %lld M %lld, %d threads", glm53_dtype_name(dtypes[d]), (long long)D,
                                   (long long)M, b + 1);
                         ((int32_t *)ids.data)[0] = (int32_t)V;
-                        CHECK(backends[b]->gather_rows(backends[b], &y, &table, &ids) == GLM53_ERR_OUT_OF_RANGE,
+                        CHECK(backends[b]->ops->gather_rows(backends[b], &y, &table, &ids) == GLM53_ERR_OUT_OF_RANGE,
                               "id == V is out of range");
                         ((int32_t *)ids.data)[0] = -1;
-                        CHECK(backends[b]->gather_rows(backends[b], &y, &table, &ids) == GLM53_ERR_OUT_OF_RANGE,
+                        CHECK(backends[b]->ops->gather_rows(backends[b], &y, &table, &ids) == GLM53_ERR_OUT_OF_RANGE,
                               "id -1 is out of range");
                         free(table.data), free(scale.data), free(ids.data), free(y.data), free(ref);
                     }
@@ -746,7 +746,7 @@ static void test_gather_scatter(void) {
                         perm[i] = perm[j], perm[j] = t;
                     }
                     memcpy(ids.data, perm, sizeof(int32_t) * (size_t)M);
-                    glm53_status st = backends[b]->scatter_rows(backends[b], &y, &x, &ids);
+                    glm53_status st = backends[b]->ops->scatter_rows(backends[b], &y, &x, &ids);
                     int wrong = st != GLM53_OK;
                     for (int64_t v = 0; v < V; v++) {
                         int64_t m = -1;
@@ -758,7 +758,7 @@ static void test_gather_scatter(void) {
                     CHECK(!wrong, "D %lld M %lld, %d threads: %d rows wrong", (long long)D, (long long)M, b + 1,
                           wrong);
                     ((int32_t *)ids.data)[0] = (int32_t)V;
-                    CHECK(backends[b]->scatter_rows(backends[b], &y, &x, &ids) == GLM53_ERR_OUT_OF_RANGE,
+                    CHECK(backends[b]->ops->scatter_rows(backends[b], &y, &x, &ids) == GLM53_ERR_OUT_OF_RANGE,
                           "id == V is out of range");
                     free(y.data), free(before.data), free(x.data), free(ids.data);
                 }
@@ -793,6 +793,6 @@ int main(void) {
             printf("  %-16s %-12.3g\n", groups[g].name, groups[g].max.plain);
         else
             printf("  %-16s %-12.3g %.3g\n", groups[g].name, groups[g].max.plain, groups[g].max.checked);
-    for (int b = 0; b < N_BACKENDS; b++) backends[b]->destroy(backends[b]);
+    for (int b = 0; b < N_BACKENDS; b++) backends[b]->ops->destroy(backends[b]);
     return test_finish("test_cpu_ops");
 }

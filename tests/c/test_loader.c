@@ -248,8 +248,8 @@ static void test_config_defaults(void) {
     CHECK(t->hc_mult == 4 && t->hc_sinkhorn_iters == 20 && t->hc_eps == 1e-6f, "mhc");
     CHECK(t->rms_norm_eps == 1e-5f && t->swiglu_limit == 10.0f && t->num_nextn_predict_layers == 0 &&
               t->pad_token_id == 154820 && t->tie_word_embeddings == 0, "misc");
-    CHECK(count_equal(t->layer_types, 45, GLM53_LAYER_DSA) == 11 && t->layer_types[3] == GLM53_LAYER_DSA &&
-              t->layer_types[43] == GLM53_LAYER_DSA && t->layer_types[44] == GLM53_LAYER_KDA, "layer_types i%%4==3");
+    CHECK(count_equal(t->layer_types, 45, GLM53_LAYER_SPARSE_MLA) == 11 && t->layer_types[3] == GLM53_LAYER_SPARSE_MLA &&
+              t->layer_types[43] == GLM53_LAYER_SPARSE_MLA && t->layer_types[44] == GLM53_LAYER_KDA, "layer_types i%%4==3");
     CHECK(count_equal(t->mlp_types, 45, GLM53_MLP_DENSE) == 3 && t->mlp_types[2] == GLM53_MLP_DENSE &&
               t->mlp_types[3] == GLM53_MLP_MOE, "mlp: 3 dense");
     CHECK(count_equal(t->indexer_types, 45, GLM53_INDEXER_FULL) == 45, "indexer: freq 1 -> all full");
@@ -302,7 +302,7 @@ static void test_config_nested_real(void) {
     CHECK(parse(json, &c) == GLM53_OK, "real config: %s", glm53_last_error());
     const glm53_text_config *t = &c.text;
     int32_t want_layers[45];
-    for (int i = 0; i < 45; i++) want_layers[i] = i % 4 == 3 ? GLM53_LAYER_DSA : GLM53_LAYER_KDA;
+    for (int i = 0; i < 45; i++) want_layers[i] = i % 4 == 3 ? GLM53_LAYER_SPARSE_MLA : GLM53_LAYER_KDA;
     CHECK(same_ints(t->layer_types, want_layers, 45), "layer types (full_attention alias)");
     CHECK(count_equal(t->mlp_types, 45, GLM53_MLP_DENSE) == 3 && t->mlp_types[3] == GLM53_MLP_MOE, "mlp types");
     CHECK(count_equal(t->indexer_types, 45, GLM53_INDEXER_FULL) == 45, "indexer types");

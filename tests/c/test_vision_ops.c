@@ -20,7 +20,7 @@ static glm53_backend *backends[3];
 
 static glm53_tensor make(glm53_backend *be, int dtype, int ndim, int64_t d0, int64_t d1, int64_t d2) {
     glm53_tensor t = {.dtype = dtype, .device = GLM53_DEVICE_CPU, .ndim = ndim, .shape = {d0, d1, d2}};
-    if (be->alloc(be, &t) != GLM53_OK) {
+    if (be->ops->alloc(be, &t) != GLM53_OK) {
         fprintf(stderr, "alloc failed\n");
         exit(2);
     }
@@ -42,7 +42,7 @@ static double test_rope(glm53_backend *be, int64_t M, int64_t H, int64_t d, floa
     memcpy(x_copy, xs, (size_t)(M * H * d) * sizeof *x_copy);
     for (int64_t i = 0; i < M * H * d; i++) ((float *)y.data)[i] = NAN;
     glm53_tensor *out = in_place ? &x : &y;
-    CHECK(be->rope_2d(be, out, &x, &pos, theta) == GLM53_OK, "rope_2d failed: %s", glm53_last_error());
+    CHECK(be->ops->rope_2d(be, out, &x, &pos, theta) == GLM53_OK, "rope_2d failed: %s", glm53_last_error());
     const int64_t half = d / 2, q = d / 4;
     double *ref = malloc((size_t)(M * H * d) * sizeof *ref);
     for (int64_t m = 0; m < M; m++)
@@ -59,9 +59,9 @@ static double test_rope(glm53_backend *be, int64_t M, int64_t H, int64_t d, floa
     double err = test_rel_err_f32_f64(out->data, ref, M * H * d);
     free(ref);
     free(x_copy);
-    be->release(be, &x);
-    be->release(be, &y);
-    be->release(be, &pos);
+    be->ops->release(be, &x);
+    be->ops->release(be, &y);
+    be->ops->release(be, &pos);
     return err;
 }
 
@@ -78,7 +78,7 @@ static double test_attention(glm53_backend *be, const int32_t *lens, int n_seg, 
     int32_t *c = cu.data;
     c[0] = 0;
     for (int s = 0; s < n_seg; s++) c[s + 1] = c[s] + lens[s];
-    CHECK(be->attention_segments(be, &o, &q, &k, &v, &cu, scale) == GLM53_OK, "attention failed: %s",
+    CHECK(be->ops->attention_segments(be, &o, &q, &k, &v, &cu, scale) == GLM53_OK, "attention failed: %s",
           glm53_last_error());
     const float *Q = q.data, *K = k.data, *V = v.data;
     double *ref = calloc((size_t)(M * H * d), sizeof *ref), *p = malloc((size_t)(M > 0 ? M : 1) * sizeof *p);
@@ -100,7 +100,7 @@ static double test_attention(glm53_backend *be, const int32_t *lens, int n_seg, 
     free(ref);
     free(p);
     glm53_tensor *ts[] = {&q, &k, &v, &o, &cu};
-    for (int i = 0; i < 5; i++) be->release(be, ts[i]);
+    for (int i = 0; i < 5; i++) be->ops->release(be, ts[i]);
     return err;
 }
 
@@ -125,9 +125,9 @@ int main(void) {
         glm53_backend *be = backends[0];
         glm53_tensor x = make(be, GLM53_F32, 3, 2, 1, 6), pos = make(be, GLM53_I32, 2, 2, 2, 0);
         memset(pos.data, 0, 16);
-        CHECK(be->rope_2d(be, &x, &x, &pos, 10000.0f) == GLM53_ERR_UNSUPPORTED, "d = 6 accepted");
-        be->release(be, &x);
-        be->release(be, &pos);
+        CHECK(be->ops->rope_2d(be, &x, &x, &pos, 10000.0f) == GLM53_ERR_UNSUPPORTED, "d = 6 accepted");
+        be->ops->release(be, &x);
+        be->ops->release(be, &pos);
     }
     TEST_CASE("attention_segments") {
         const int32_t a[] = {1}, b[] = {5, 1, 17}, c[] = {0, 9, 0, 70, 3}, d[] = {1, 1, 1, 1};
@@ -147,12 +147,12 @@ int main(void) {
         ((int32_t *)cu.data)[0] = 0;
         ((int32_t *)cu.data)[1] = 3;
         fill_normal(q.data, 32, 1.0f);
-        CHECK(be->attention_segments(be, &o, &q, &q, &q, &cu, 1.0f) == GLM53_ERR_INVALID_ARG, "bad cu accepted");
-        be->release(be, &q);
-        be->release(be, &o);
-        be->release(be, &cu);
+        CHECK(be->ops->attention_segments(be, &o, &q, &q, &q, &cu, 1.0f) == GLM53_ERR_INVALID_ARG, "bad cu accepted");
+        be->ops->release(be, &q);
+        be->ops->release(be, &o);
+        be->ops->release(be, &cu);
     }
     printf("largest relative errors: rope_2d %.3g, attention_segments %.3g (tolerance 1e-5)\n", worst_rope, worst_attn);
-    for (int i = 0; i < 3; i++) backends[i]->destroy(backends[i]);
+    for (int i = 0; i < 3; i++) backends[i]->ops->destroy(backends[i]);
     return test_finish("test_vision_ops");
 }

@@ -13,8 +13,8 @@ import sys
 import numpy as np
 
 ORDER = ["embed", "attn_x", "attn_post", "attn_comb", "attn_xn", "kda_q_raw", "kda_g", "kda_beta", "kda_gz",
-         "kda_q_conv", "kda_v_conv", "kda_core", "kda_normed", "dsa_qa", "dsa_q", "dsa_latent", "dsa_kappa",
-         "dsa_sigma", "dsa_Qi", "dsa_wi", "dsa_scores", "dsa_o", "attn_y", "attn_H", "ffn_xn", "moe_logits",
+         "kda_q_conv", "kda_v_conv", "kda_core", "kda_normed", "mla_qa", "mla_q", "mla_latent", "kpool_kappa",
+         "kpool_sigma", "kpool_Qi", "kpool_wi", "kpool_scores", "mla_o", "attn_y", "attn_H", "ffn_xn", "moe_logits",
          "moe_weights", "moe_routed", "ffn_y", "ffn_H"]
 
 

@@ -18,7 +18,6 @@
  * Usage: test_cuda_ops [--only group[,group...]] [--no-bench] [--list] [--self-test]
  */
 #include "kernels/backend.h"
-#include "kernels/cuda/cuda_backend.h"
 #include "test_util.h"
 
 #include <cuda_runtime.h>
@@ -166,8 +165,8 @@ static bool status_ok(glm53_status st, const char *what) {
 /* The op must exist on both backends (the CPU reference may not be written yet). */
 #define NEED(op)                                                                       \
     do {                                                                               \
-        if (!cpu->op) { fail_msg("the CPU backend has no " #op " (no reference)"); goto done; } \
-        if (!gpu->op) { fail_msg("the CUDA backend has no " #op); goto done; }          \
+        if (!cpu->ops->op) { fail_msg("the CPU backend has no " #op " (no reference)"); goto done; } \
+        if (!gpu->ops->op) { fail_msg("the CUDA backend has no " #op); goto done; }          \
     } while (0)
 
 static void *hmem(size_t bytes) {
@@ -185,13 +184,13 @@ static bool context_lost(void);
 /* Releases what the check allocated and makes sure it left the device healthy. */
 static void check_cleanup(void) {
     for (int i = ck.n_tensors - 1; i >= 0; i--) {
-        ck.owner[i]->release(ck.owner[i], ck.tensors[i]);
+        ck.owner[i]->ops->release(ck.owner[i], ck.tensors[i]);
         free(ck.tensors[i]);
     }
     for (int i = 0; i < ck.n_host; i++) free(ck.host[i]);
     ck.n_tensors = ck.n_host = 0;
     /* A fault left behind (out-of-range index) would be blamed on the next check: report it on this one. */
-    glm53_status st = gpu->sync(gpu);
+    glm53_status st = gpu->ops->sync(gpu);
     if (st != GLM53_OK) {
         char note[600];
         snprintf(note, sizeof note, "sync after the check: %s %s", glm53_status_name(st), glm53_last_error());
@@ -267,7 +266,7 @@ static glm53_status new_tensor(glm53_backend *be, glm53_tensor **out, int dtype,
     t->dtype = dtype;
     t->ndim = ndim;
     for (int i = 0; i < ndim; i++) t->shape[i] = dims[i];
-    glm53_status st = be->alloc(be, t);
+    glm53_status st = be->ops->alloc(be, t);
     if (st != GLM53_OK) {
         free(t);
         return st;
@@ -281,11 +280,11 @@ static glm53_status new_tensor(glm53_backend *be, glm53_tensor **out, int dtype,
 /* Uploads floats into an F32 or BF16 tensor (BF16: rounded to nearest even). */
 static glm53_status put_f32(glm53_backend *be, glm53_tensor *t, const float *v) {
     int64_t n = glm53_tensor_numel(t);
-    if (t->dtype == F32) return be->upload(be, t, v);
+    if (t->dtype == F32) return be->ops->upload(be, t, v);
     assert(t->dtype == BF16);
     uint16_t *h = hmem((size_t)n * sizeof(uint16_t));
     for (int64_t i = 0; i < n; i++) h[i] = glm53_f32_to_bf16(v[i]);
-    return be->upload(be, t, h);
+    return be->ops->upload(be, t, h);
 }
 
 static glm53_status tensor_from(glm53_backend *be, glm53_tensor **out, int dtype, const float *v, int ndim,
@@ -297,22 +296,22 @@ static glm53_status tensor_from(glm53_backend *be, glm53_tensor **out, int dtype
 static glm53_status tensor_raw(glm53_backend *be, glm53_tensor **out, int dtype, const void *bytes, int ndim,
                                const int64_t *dims) {
     GLM53_TRY(new_tensor(be, out, dtype, ndim, dims));
-    return be->upload(be, *out, bytes);
+    return be->ops->upload(be, *out, bytes);
 }
 
 /* An output, poisoned so that an element the op forgets to write cannot pass. */
 static glm53_status tensor_out(glm53_backend *be, glm53_tensor **out, int dtype, int ndim, const int64_t *dims) {
     GLM53_TRY(new_tensor(be, out, dtype, ndim, dims));
-    return be->fill(be, *out, dtype == I32 ? -12345.0f : NAN);
+    return be->ops->fill(be, *out, dtype == I32 ? -12345.0f : NAN);
 }
 
 /* Downloads an F32 / BF16 tensor as floats. */
 static glm53_status fetch_f32(glm53_backend *be, const glm53_tensor *t, float *dst) {
     int64_t n = glm53_tensor_numel(t);
-    if (t->dtype == F32) return be->download(be, dst, t);
+    if (t->dtype == F32) return be->ops->download(be, dst, t);
     assert(t->dtype == BF16);
     uint16_t *h = hmem((size_t)n * sizeof(uint16_t));
-    GLM53_TRY(be->download(be, h, t));
+    GLM53_TRY(be->ops->download(be, h, t));
     for (int64_t i = 0; i < n; i++) dst[i] = glm53_bf16_to_f32(h[i]);
     return GLM53_OK;
 }
@@ -442,8 +441,8 @@ static bool compare_i32(const char *what, const glm53_tensor *ref, const glm53_t
     int64_t n = glm53_tensor_numel(ref);
     assert(glm53_tensor_numel(got) == n && row_len > 0 && n % row_len == 0);
     int32_t *r = hmem((size_t)n * sizeof(int32_t)), *g = hmem((size_t)n * sizeof(int32_t));
-    if (!status_ok(cpu->download(cpu, r, ref), "download cpu output")) return false;
-    if (!status_ok(gpu->download(gpu, g, got), "download cuda output")) return false;
+    if (!status_ok(cpu->ops->download(cpu, r, ref), "download cpu output")) return false;
+    if (!status_ok(gpu->ops->download(gpu, g, got), "download cuda output")) return false;
     int64_t order_diff = 0;
     for (int64_t i = 0; i < n; i++) order_diff += r[i] != g[i];
     if (as_sets)
@@ -493,7 +492,7 @@ static void check_copy(int src_dt, int dst_dt, int64_t rows, int64_t cols) {
     TRY(tensor_out(gpu, &dst, dst_dt, SHAPE(rows + 2, cols)));
     /* into a row view (an offset pointer), as the model's cache writes do; F32 -> BF16 rounds to nearest even */
     glm53_tensor view = glm53_tensor_rows_view(dst, 1, rows);
-    TRY(gpu->copy(gpu, &view, src));
+    TRY(gpu->ops->copy(gpu, &view, src));
     float *expect = hmem((size_t)(rows * cols) * sizeof(float));
     for (int64_t i = 0; i < rows * cols; i++) expect[i] = dst_dt == BF16 ? glm53_round_bf16(v[i]) : v[i];
     compare_host(NULL, expect, &view, 0.0);
@@ -505,10 +504,10 @@ static void check_fill(int dtype, float value, int64_t n) {
     check_begin("fill", dt_name(dtype), "%lld value %g", (long long)n, value);
     glm53_tensor *t = NULL;
     TRY(new_tensor(gpu, &t, dtype, SHAPE(n)));
-    TRY(gpu->fill(gpu, t, value));
+    TRY(gpu->ops->fill(gpu, t, value));
     if (dtype == I32) {
         int32_t *got = hmem((size_t)n * sizeof(int32_t));
-        TRY(gpu->download(gpu, got, t));
+        TRY(gpu->ops->download(gpu, got, t));
         int64_t bad = 0;
         for (int64_t i = 0; i < n; i++) bad += got[i] != (int32_t)value;
         record(NULL, (double)bad, 0.0, bad == 0, "");
@@ -529,7 +528,7 @@ static void check_allocator_reuse(void) {
     float *v1 = randn(n, 1.0f, false), *v2 = randn(n, 1.0f, false);
     TRY(tensor_from(gpu, &a, F32, v1, SHAPE(n)));
     void *first = a->data;
-    gpu->release(gpu, a);   /* data NULL now; check_end's release of it is a no-op */
+    gpu->ops->release(gpu, a);   /* data NULL now; check_end's release of it is a no-op */
     TRY(tensor_from(gpu, &b, F32, v2, SHAPE(n)));
     bool reused = b->data == first;
     record("reuse", reused ? 0.0 : 1.0, 0.0, reused, reused ? "" : "the released block was not handed out again");
@@ -547,9 +546,9 @@ static void check_bad_index(bool scatter) {
     TRY(tensor_from(gpu, &table, BF16, v, SHAPE(1000, 8)));
     TRY(tensor_raw(gpu, &ids, I32, id, SHAPE(3)));
     TRY(tensor_out(gpu, &y, BF16, SHAPE(3, 8)));
-    if (scatter) TRY(gpu->scatter_rows(gpu, table, y, ids));
-    else TRY(gpu->gather_rows(gpu, y, table, ids));
-    glm53_status first = gpu->sync(gpu), second = gpu->sync(gpu);
+    if (scatter) TRY(gpu->ops->scatter_rows(gpu, table, y, ids));
+    else TRY(gpu->ops->gather_rows(gpu, y, table, ids));
+    glm53_status first = gpu->ops->sync(gpu), second = gpu->ops->sync(gpu);
     char note[160];
     snprintf(note, sizeof note, "first sync %s, second %s", glm53_status_name(first), glm53_status_name(second));
     bool ok = first == GLM53_ERR_OUT_OF_RANGE && second == GLM53_OK;
@@ -569,9 +568,33 @@ static void check_matmul(int64_t M, int64_t N, int64_t K, int x_dt, int w_dt, in
     TRY(act_pair(&x, x_dt, xv, SHAPE(M, K)));
     TRY(weight_pair(&w, w_dt, 2, N, K, 0.05f, 0.0f, br, bc));
     TRY(out_pair(&y, y_dt, SHAPE(M, N)));
-    TRY(cpu->matmul(cpu, y.c, x.c, w.c));
-    TRY(gpu->matmul(gpu, y.g, x.g, w.g));
+    TRY(cpu->ops->matmul(cpu, y.c, x.c, w.c));
+    TRY(gpu->ops->matmul(gpu, y.g, x.g, w.g));
     compare(NULL, y.c, y.g, THR(x_dt, w_dt, y_dt));
+done:
+    check_end();
+}
+
+/* The fused dense SwiGLU (optional on a backend): the CUDA op against the CPU backend's generic chain
+ * (matmul, matmul, swiglu), which is what the engine runs where a backend has no fused op. */
+static void check_swiglu_gate_up(int64_t M, int64_t F, int64_t D, int x_dt, int w_dt, int blk) {
+    char dts[48];
+    snprintf(dts, sizeof dts, "x:%s w:%s", dt_name(x_dt), dt_name(w_dt));
+    if (w_dt == FP8) snprintf(dts + strlen(dts), sizeof dts - strlen(dts), " %dx%d", blk, blk);
+    check_begin("swiglu_gate_up", dts, "M %lld F %lld D %lld", (long long)M, (long long)F, (long long)D);
+    tpair x = {0}, wg = {0}, wu = {0}, y = {0}, gate = {0}, up = {0};
+    if (!gpu->ops->swiglu_gate_up) { fail_msg("the CUDA backend has no swiglu_gate_up"); goto done; }
+    TRY(act_pair(&x, x_dt, randn(M * D, 1.0f, x_dt == BF16), SHAPE(M, D)));
+    TRY(weight_pair(&wg, w_dt, 2, F, D, 1.5f / sqrtf((float)D), 0.0f, blk, blk));
+    TRY(weight_pair(&wu, w_dt, 2, F, D, 1.5f / sqrtf((float)D), 0.0f, blk, blk));
+    TRY(out_pair(&y, x_dt, SHAPE(M, F)));
+    TRY(out_pair(&gate, x_dt, SHAPE(M, F)));
+    TRY(out_pair(&up, x_dt, SHAPE(M, F)));
+    TRY(cpu->ops->matmul(cpu, gate.c, x.c, wg.c));
+    TRY(cpu->ops->matmul(cpu, up.c, x.c, wu.c));
+    TRY(cpu->ops->swiglu(cpu, y.c, gate.c, up.c, 7.0f));
+    TRY(gpu->ops->swiglu_gate_up(gpu, y.g, x.g, wg.g, wu.g, 7.0f));
+    compare(NULL, y.c, y.g, THR(x_dt, w_dt));
 done:
     check_end();
 }
@@ -595,20 +618,20 @@ static void check_norm(enum norm_kind kind, int64_t M, int64_t D, int dt, int w_
     else TRY(out_pair(&y, dt, SHAPE(M, D)));
     switch (kind) {
     case NORM_RMS:
-        TRY(cpu->rmsnorm(cpu, y.c, x.c, w.c, 1e-5f));
-        TRY(gpu->rmsnorm(gpu, y.g, x.g, w.g, 1e-5f));
+        TRY(cpu->ops->rmsnorm(cpu, y.c, x.c, w.c, 1e-5f));
+        TRY(gpu->ops->rmsnorm(gpu, y.g, x.g, w.g, 1e-5f));
         break;
     case NORM_LAYER:
-        TRY(cpu->layernorm(cpu, y.c, x.c, w.c, b.c, 1e-6f));
-        TRY(gpu->layernorm(gpu, y.g, x.g, w.g, b.g, 1e-6f));
+        TRY(cpu->ops->layernorm(cpu, y.c, x.c, w.c, b.c, 1e-6f));
+        TRY(gpu->ops->layernorm(gpu, y.g, x.g, w.g, b.g, 1e-6f));
         break;
     case NORM_L2:
-        TRY(cpu->l2norm(cpu, y.c, x.c, 1e-6f, 0.0883883f));
-        TRY(gpu->l2norm(gpu, y.g, x.g, 1e-6f, 0.0883883f));
+        TRY(cpu->ops->l2norm(cpu, y.c, x.c, 1e-6f, 0.0883883f));
+        TRY(gpu->ops->l2norm(gpu, y.g, x.g, 1e-6f, 0.0883883f));
         break;
     case NORM_SOFTMAX:
-        TRY(cpu->softmax(cpu, y.c, x.c));
-        TRY(gpu->softmax(gpu, y.g, x.g));
+        TRY(cpu->ops->softmax(cpu, y.c, x.c));
+        TRY(gpu->ops->softmax(gpu, y.g, x.g));
         break;
     }
     /* A softmax row's denominator is one F32 sum of D terms; the two backends add in different orders, so their
@@ -632,8 +655,8 @@ static void check_rmsnorm_gated(int64_t M, int64_t d, int dt, int w_dt, bool in_
     TRY(weight_pair(&w, w_dt, 1, 1, d, 0.3f, 1.0f, 0, 0));
     if (in_place) y = x;
     else TRY(out_pair(&y, dt, SHAPE(M, d)));
-    TRY(cpu->rmsnorm_gated(cpu, y.c, x.c, gate.c, w.c, 1e-5f));
-    TRY(gpu->rmsnorm_gated(gpu, y.g, x.g, gate.g, w.g, 1e-5f));
+    TRY(cpu->ops->rmsnorm_gated(cpu, y.c, x.c, gate.c, w.c, 1e-5f));
+    TRY(gpu->ops->rmsnorm_gated(gpu, y.g, x.g, gate.g, w.g, 1e-5f));
     compare(NULL, y.c, y.g, THR(dt, w_dt));
 done:
     check_end();
@@ -650,8 +673,8 @@ static void check_unary(glm53_unary_op op, int64_t M, int64_t N, int dt) {
     float scale = op == GLM53_UNARY_SOFTPLUS ? 12.0f : op == GLM53_UNARY_EXP ? 1.5f : 4.0f;
     TRY(act_pair(&x, dt, randn(M * N, scale, dt == BF16), SHAPE(M, N)));
     TRY(out_pair(&y, dt, SHAPE(M, N)));
-    TRY(cpu->unary(cpu, y.c, x.c, op));
-    TRY(gpu->unary(gpu, y.g, x.g, op));
+    TRY(cpu->ops->unary(cpu, y.c, x.c, op));
+    TRY(gpu->ops->unary(gpu, y.g, x.g, op));
     compare(NULL, y.c, y.g, THR(dt));
 done:
     check_end();
@@ -666,8 +689,8 @@ static void check_binary(glm53_binary_op op, int64_t M, int64_t N, int dt, bool 
     else TRY(act_pair(&b, dt, randn(M * N, 1.0f, dt == BF16), SHAPE(M, N)));
     if (in_place) y = a;
     else TRY(out_pair(&y, dt, SHAPE(M, N)));
-    TRY(cpu->binary(cpu, y.c, a.c, b.c, op));
-    TRY(gpu->binary(gpu, y.g, a.g, b.g, op));
+    TRY(cpu->ops->binary(cpu, y.c, a.c, b.c, op));
+    TRY(gpu->ops->binary(gpu, y.g, a.g, b.g, op));
     compare(NULL, y.c, y.g, THR(dt));
 done:
     check_end();
@@ -681,8 +704,8 @@ static void check_axpby(int64_t M, int64_t N, int dt, float alpha, float beta, b
     if (in_place) y = x;
     else if (beta == 0.0f) TRY(out_pair(&y, dt, SHAPE(M, N)));   /* NaN-poisoned: beta 0 must not read it */
     else TRY(act_pair(&y, dt, randn(M * N, 1.0f, dt == BF16), SHAPE(M, N)));
-    TRY(cpu->axpby(cpu, y.c, x.c, alpha, beta));
-    TRY(gpu->axpby(gpu, y.g, x.g, alpha, beta));
+    TRY(cpu->ops->axpby(cpu, y.c, x.c, alpha, beta));
+    TRY(gpu->ops->axpby(gpu, y.g, x.g, alpha, beta));
     compare(NULL, y.c, y.g, THR(dt));
 done:
     check_end();
@@ -694,8 +717,8 @@ static void check_swiglu(int64_t M, int64_t F, int dt, float limit) {
     TRY(act_pair(&g, dt, randn(M * F, 6.0f, dt == BF16), SHAPE(M, F)));
     TRY(act_pair(&u, dt, randn(M * F, 6.0f, dt == BF16), SHAPE(M, F)));
     TRY(out_pair(&y, dt, SHAPE(M, F)));
-    TRY(cpu->swiglu(cpu, y.c, g.c, u.c, limit));
-    TRY(gpu->swiglu(gpu, y.g, g.g, u.g, limit));
+    TRY(cpu->ops->swiglu(cpu, y.c, g.c, u.c, limit));
+    TRY(gpu->ops->swiglu(gpu, y.g, g.g, u.g, limit));
     compare(NULL, y.c, y.g, THR(dt));
 done:
     check_end();
@@ -709,8 +732,8 @@ static void check_conv1d(int64_t T, int64_t C, int64_t K, int dt, int w_dt) {
     TRY(act_pair(&x, dt, randn((T + K - 1) * C, 1.0f, dt == BF16), SHAPE(T + K - 1, C)));
     TRY(weight_pair(&w, w_dt, 2, C, K, 0.5f, 0.0f, 0, 0));
     TRY(out_pair(&y, dt, SHAPE(T, C)));
-    TRY(cpu->conv1d_causal(cpu, y.c, x.c, w.c));
-    TRY(gpu->conv1d_causal(gpu, y.g, x.g, w.g));
+    TRY(cpu->ops->conv1d_causal(cpu, y.c, x.c, w.c));
+    TRY(gpu->ops->conv1d_causal(gpu, y.g, x.g, w.g));
     compare(NULL, y.c, y.g, THR(dt, w_dt));
 done:
     check_end();
@@ -730,8 +753,8 @@ static void check_topk(int64_t M, int64_t N, int32_t k, int levels, int nan_ever
     TRY(act_pair(&x, F32, xv, SHAPE(M, N)));
     TRY(out_pair(&vals, F32, SHAPE(M, k)));
     TRY(out_pair(&idx, I32, SHAPE(M, k)));
-    TRY(cpu->topk(cpu, vals.c, idx.c, x.c, k));
-    TRY(gpu->topk(gpu, vals.g, idx.g, x.g, k));
+    TRY(cpu->ops->topk(cpu, vals.c, idx.c, x.c, k));
+    TRY(gpu->ops->topk(gpu, vals.g, idx.g, x.g, k));
     if (compare_i32("idx", idx.c, idx.g, k, false)) compare("vals", vals.c, vals.g, 0.0);
 done:
     check_end();
@@ -747,8 +770,8 @@ static void check_gather(int64_t V, int64_t D, int64_t M, int table_dt, int y_dt
     for (int64_t m = 0; m < M; m++) id[m] = (int32_t)rand_below(V);
     TRY(i32_pair(&ids, id, SHAPE(M)));
     TRY(out_pair(&y, y_dt, SHAPE(M, D)));
-    TRY(cpu->gather_rows(cpu, y.c, table.c, ids.c));
-    TRY(gpu->gather_rows(gpu, y.g, table.g, ids.g));
+    TRY(cpu->ops->gather_rows(cpu, y.c, table.c, ids.c));
+    TRY(gpu->ops->gather_rows(gpu, y.g, table.g, ids.g));
     compare(NULL, y.c, y.g, THR(table_dt, y_dt));
 done:
     check_end();
@@ -762,8 +785,8 @@ static void check_scatter(int64_t V, int64_t D, int64_t M, int dt) {
     int32_t *id = hmem((size_t)M * sizeof(int32_t)), *scratch = hmem((size_t)V * sizeof(int32_t));
     rand_distinct(id, M, V, scratch);
     TRY(i32_pair(&ids, id, SHAPE(M)));
-    TRY(cpu->scatter_rows(cpu, y.c, x.c, ids.c));
-    TRY(gpu->scatter_rows(gpu, y.g, x.g, ids.g));
+    TRY(cpu->ops->scatter_rows(cpu, y.c, x.c, ids.c));
+    TRY(gpu->ops->scatter_rows(gpu, y.g, x.g, ids.g));
     compare(NULL, y.c, y.g, 0.0);
 done:
     check_end();
@@ -776,8 +799,8 @@ static void check_mhc_expand(int64_t N, int64_t S, int64_t D, int dt) {
     NEED(mhc_expand);
     TRY(act_pair(&x, dt, randn(N * D, 1.0f, dt == BF16), SHAPE(N, D)));
     TRY(out_pair(&H, dt, SHAPE(N, S, D)));
-    TRY(cpu->mhc_expand(cpu, H.c, x.c));
-    TRY(gpu->mhc_expand(gpu, H.g, x.g));
+    TRY(cpu->ops->mhc_expand(cpu, H.c, x.c));
+    TRY(gpu->ops->mhc_expand(gpu, H.g, x.g));
     compare(NULL, H.c, H.g, THR(dt));
 done:
     check_end();
@@ -800,8 +823,8 @@ static void check_mhc_pre(int64_t N, int64_t S, int64_t D, int dt, int fn_dt) {
     TRY(out_pair(&x, dt, SHAPE(N, D)));
     TRY(out_pair(&post, F32, SHAPE(N, S)));
     TRY(out_pair(&comb, F32, SHAPE(N, S, S)));
-    TRY(cpu->mhc_pre(cpu, x.c, post.c, comb.c, H.c, fn.c, base.c, scale.c, 1e-5f, 1e-6f, 20));
-    TRY(gpu->mhc_pre(gpu, x.g, post.g, comb.g, H.g, fn.g, base.g, scale.g, 1e-5f, 1e-6f, 20));
+    TRY(cpu->ops->mhc_pre(cpu, x.c, post.c, comb.c, H.c, fn.c, base.c, scale.c, 1e-5f, 1e-6f, 20));
+    TRY(gpu->ops->mhc_pre(gpu, x.g, post.g, comb.g, H.g, fn.g, base.g, scale.g, 1e-5f, 1e-6f, 20));
     double thr = THR(dt, fn_dt);
     compare("x", x.c, x.g, thr);
     compare("post", post.c, post.g, thr);
@@ -819,8 +842,8 @@ static void check_mhc_post(int64_t N, int64_t S, int64_t D, int dt) {
     TRY(act_pair(&post, F32, randu(N * S, 0.0f, 2.0f, false), SHAPE(N, S)));
     TRY(act_pair(&comb, F32, randu(N * S * S, 0.0f, 0.5f, false), SHAPE(N, S, S)));
     TRY(out_pair(&Hout, dt, SHAPE(N, S, D)));
-    TRY(cpu->mhc_post(cpu, Hout.c, y.c, Hin.c, post.c, comb.c));
-    TRY(gpu->mhc_post(gpu, Hout.g, y.g, Hin.g, post.g, comb.g));
+    TRY(cpu->ops->mhc_post(cpu, Hout.c, y.c, Hin.c, post.c, comb.c));
+    TRY(gpu->ops->mhc_post(gpu, Hout.g, y.g, Hin.g, post.g, comb.g));
     compare(NULL, Hout.c, Hout.g, THR(dt));
 done:
     check_end();
@@ -832,8 +855,8 @@ static void check_mhc_mean(int64_t N, int64_t S, int64_t D, int dt) {
     NEED(mhc_mean);
     TRY(act_pair(&H, dt, randn(N * S * D, 1.0f, dt == BF16), SHAPE(N, S, D)));
     TRY(out_pair(&y, dt, SHAPE(N, D)));
-    TRY(cpu->mhc_mean(cpu, y.c, H.c));
-    TRY(gpu->mhc_mean(gpu, y.g, H.g));
+    TRY(cpu->ops->mhc_mean(cpu, y.c, H.c));
+    TRY(gpu->ops->mhc_mean(gpu, y.g, H.g));
     compare(NULL, y.c, y.g, THR(dt));
 done:
     check_end();
@@ -850,22 +873,22 @@ static void check_kda_gate(int64_t N, int64_t heads, int64_t dk, int dt, int low
     TRY(weight_pair(&A, F32, 1, 1, heads, 0.5f, 0.0f, 0, 0));
     TRY(weight_pair(&dtb, F32, 1, 1, C, 1.0f, 0.0f, 0, 0));
     TRY(out_pair(&g, F32, SHAPE(N, C)));
-    TRY(cpu->kda_gate(cpu, g.c, f.c, A.c, dtb.c, lower_bound, -5.0f));
-    TRY(gpu->kda_gate(gpu, g.g, f.g, A.g, dtb.g, lower_bound, -5.0f));
+    TRY(cpu->ops->kda_gate(cpu, g.c, f.c, A.c, dtb.c, lower_bound, -5.0f));
+    TRY(gpu->ops->kda_gate(gpu, g.g, f.g, A.g, dtb.g, lower_bound, -5.0f));
     compare(NULL, g.c, g.g, THR(dt));
 done:
     check_end();
 }
 
-/* snap_every > 0: a snapshot after every snap_every-th row (and the last); snap_last_is_state: the last row's
- * snapshot is the state tensor itself (allowed by the contract). */
+/* The state ring [ring, H, dk, dv]: slot 0 holds the state the recurrence starts from. snap_every > 0: a snapshot
+ * after every snap_every-th row (and the last) in slots 1, 2, ...; snap_last_is_state: the last row's state goes
+ * back to slot 0, the slot it was read from (a ring of one; allowed by the contract). Without snapshots the last
+ * row writes slot 0 too. */
 static void check_kda_recurrent(int64_t H, int64_t dk, int64_t dv, int64_t T, int dt, int snap_every,
                                 bool snap_last_is_state) {
     check_begin("kda_recurrent", dt_name(dt), "H %lld dk %lld dv %lld T %lld%s", (long long)H, (long long)dk,
                 (long long)dv, (long long)T, snap_every ? (snap_last_is_state ? " snaps(last=state)" : " snaps") : "");
-    tpair q = {0}, k = {0}, v = {0}, g = {0}, beta = {0}, o = {0}, state = {0};
-    tpair snaps[80] = {{0}};
-    glm53_tensor *snap_c[80] = {0}, *snap_g[80] = {0};
+    tpair q = {0}, k = {0}, v = {0}, g = {0}, beta = {0}, o = {0}, states = {0}, slots = {0};
     NEED(kda_recurrent);
     assert(T <= 80);
     int64_t rows = T * H;
@@ -883,32 +906,33 @@ static void check_kda_recurrent(int64_t H, int64_t dk, int64_t dv, int64_t T, in
     float *gv = randn(rows * dk, 1.0f, false), *bv = randn(rows, 1.0f, false);
     for (int64_t i = 0; i < rows * dk; i++) gv[i] = -5.0f / (1.0f + expf(-gv[i]));   /* the lower-bound gate */
     for (int64_t i = 0; i < rows; i++) bv[i] = 1.0f / (1.0f + expf(-bv[i]));
+    int32_t *slot_of = hmem((size_t)(T + 1) * sizeof(int32_t));
+    int64_t ring = 1;
+    slot_of[0] = 0;
+    for (int64_t t = 0; t < T; t++) {
+        bool snap = snap_every && (t % snap_every == 0 || t == T - 1);
+        if (t == T - 1 && (snap_last_is_state || !snap_every)) slot_of[1 + t] = 0;
+        else slot_of[1 + t] = snap ? (int32_t)ring++ : -1;
+    }
     TRY(act_pair(&q, dt, qv, SHAPE(T, H, dk)));
     TRY(act_pair(&k, dt, kv, SHAPE(T, H, dk)));
     TRY(act_pair(&v, dt, randn(rows * dv, 1.0f, dt == BF16), SHAPE(T, H, dv)));
     TRY(act_pair(&g, F32, gv, SHAPE(T, H, dk)));
     TRY(act_pair(&beta, F32, bv, SHAPE(T, H)));
-    TRY(act_pair(&state, F32, randn(H * dk * dv, 0.1f, false), SHAPE(H, dk, dv)));
+    TRY(act_pair(&states, F32, randn(ring * H * dk * dv, 0.1f, false), SHAPE(ring, H, dk, dv)));
+    TRY(i32_pair(&slots, slot_of, SHAPE(T + 1)));
     TRY(out_pair(&o, dt, SHAPE(T, H, dv)));
-    bool any_snap = false;
-    for (int64_t t = 0; snap_every && t < T; t++) {
-        if (t % snap_every != 0 && t != T - 1) continue;
-        any_snap = true;
-        if (t == T - 1 && snap_last_is_state) snaps[t] = state;
-        else TRY(out_pair(&snaps[t], F32, SHAPE(H, dk, dv)));
-        snap_c[t] = snaps[t].c;
-        snap_g[t] = snaps[t].g;
-    }
-    TRY(cpu->kda_recurrent(cpu, o.c, q.c, k.c, v.c, g.c, beta.c, state.c, any_snap ? snap_c : NULL));
-    TRY(gpu->kda_recurrent(gpu, o.g, q.g, k.g, v.g, g.g, beta.g, state.g, any_snap ? snap_g : NULL));
+    TRY(cpu->ops->kda_recurrent(cpu, o.c, q.c, k.c, v.c, g.c, beta.c, states.c, slots.c));
+    TRY(gpu->ops->kda_recurrent(gpu, o.g, q.g, k.g, v.g, g.g, beta.g, states.g, slots.g));
     double thr = THR(dt);
     compare("o", o.c, o.g, thr);
-    compare("state", state.c, state.g, thr);
     for (int64_t t = 0; t < T; t++) {
-        if (!snaps[t].c || snaps[t].c == state.c) continue;
+        if (slot_of[1 + t] < 0) continue;
+        glm53_tensor sc = glm53_tensor_rows_view(states.c, slot_of[1 + t], 1);
+        glm53_tensor sg = glm53_tensor_rows_view(states.g, slot_of[1 + t], 1);
         char what[24];
-        snprintf(what, sizeof what, "snap%lld", (long long)t);
-        compare(what, snaps[t].c, snaps[t].g, thr);
+        snprintf(what, sizeof what, t == T - 1 ? "state" : "snap%lld", (long long)t);
+        compare(what, &sc, &sg, thr);
     }
 done:
     check_end();
@@ -925,8 +949,8 @@ static void check_kpool_compress(int64_t G, int64_t P, int64_t dI, int dt, int a
     TRY(act_pair(&sigma, dt, randn(G * P * dI, 2.0f, dt == BF16), SHAPE(G * P, dI)));
     TRY(weight_pair(&ape, ape_dt, 2, P, dI, 1.0f, 0.0f, 0, 0));
     TRY(out_pair(&pooled, F32, SHAPE(G, dI)));
-    TRY(cpu->kpool_compress(cpu, pooled.c, kappa.c, sigma.c, ape.c));
-    TRY(gpu->kpool_compress(gpu, pooled.g, kappa.g, sigma.g, ape.g));
+    TRY(cpu->ops->kpool_compress(cpu, pooled.c, kappa.c, sigma.c, ape.c));
+    TRY(gpu->ops->kpool_compress(gpu, pooled.g, kappa.g, sigma.g, ape.g));
     compare(NULL, pooled.c, pooled.g, THR(dt, ape_dt));
 done:
     check_end();
@@ -945,8 +969,8 @@ static void check_kpool_score(int64_t T, int64_t Hi, int64_t dI, int64_t G, int 
     TRY(i32_pair(&closed, nc, SHAPE(T)));
     TRY(out_pair(&scores, F32, SHAPE(T, G)));
     float scale = 1.0f / sqrtf((float)dI);
-    TRY(cpu->kpool_score(cpu, scores.c, Q.c, w.c, pooled.c, closed.c, scale));
-    TRY(gpu->kpool_score(gpu, scores.g, Q.g, w.g, pooled.g, closed.g, scale));
+    TRY(cpu->ops->kpool_score(cpu, scores.c, Q.c, w.c, pooled.c, closed.c, scale));
+    TRY(gpu->ops->kpool_score(gpu, scores.g, Q.g, w.g, pooled.g, closed.g, scale));
     compare(NULL, scores.c, scores.g, THR(dt));
 done:
     check_end();
@@ -966,8 +990,8 @@ static void check_kpool_select(int64_t T, const int32_t *pos, int64_t G, int32_t
     TRY(act_pair(&scores, F32, sv, SHAPE(T, G)));
     TRY(i32_pair(&pp, pos, SHAPE(T)));
     TRY(out_pair(&idx, I32, SHAPE(T, W)));
-    TRY(cpu->kpool_select(cpu, idx.c, scores.c, pp.c, P, n_select, with_tail));
-    TRY(gpu->kpool_select(gpu, idx.g, scores.g, pp.g, P, n_select, with_tail));
+    TRY(cpu->ops->kpool_select(cpu, idx.c, scores.c, pp.c, P, n_select, with_tail));
+    TRY(gpu->ops->kpool_select(gpu, idx.g, scores.g, pp.g, P, n_select, with_tail));
     compare_i32(NULL, idx.c, idx.g, W, true);
 done:
     check_end();
@@ -1000,8 +1024,8 @@ static void check_sparse_mla(int64_t T, int64_t H, int64_t dk, int64_t dv, int64
     TRY(weight_pair(&kv_b, kv_dt, 2, H * (dk + dv), R, 1.5f / sqrtf((float)R), 0.0f, 0, 0));
     TRY(out_pair(&o, dt, SHAPE(T, H, dv)));
     float scale = 1.0f / sqrtf((float)dk);
-    TRY(cpu->sparse_mla(cpu, o.c, q.c, latent.c, idx.c, kv_b.c, scale));
-    TRY(gpu->sparse_mla(gpu, o.g, q.g, latent.g, idx.g, kv_b.g, scale));
+    TRY(cpu->ops->sparse_mla(cpu, o.c, q.c, latent.c, idx.c, kv_b.c, scale));
+    TRY(gpu->ops->sparse_mla(gpu, o.g, q.g, latent.g, idx.g, kv_b.g, scale));
     compare(NULL, o.c, o.g, THR(dt, kv_dt));
 done:
     check_end();
@@ -1018,8 +1042,8 @@ static void check_moe_route(int64_t N, int64_t E, int64_t K, int32_t n_group, in
     TRY(weight_pair(&bias, F32, 1, 1, E, 0.1f, 0.0f, 0, 0));
     TRY(out_pair(&ids, I32, SHAPE(N, K)));
     TRY(out_pair(&w, F32, SHAPE(N, K)));
-    TRY(cpu->moe_route(cpu, ids.c, w.c, logits.c, bias.c, n_group, topk_group, norm, scaling));
-    TRY(gpu->moe_route(gpu, ids.g, w.g, logits.g, bias.g, n_group, topk_group, norm, scaling));
+    TRY(cpu->ops->moe_route(cpu, ids.c, w.c, logits.c, bias.c, n_group, topk_group, norm, scaling));
+    TRY(gpu->ops->moe_route(gpu, ids.g, w.g, logits.g, bias.g, n_group, topk_group, norm, scaling));
     if (compare_i32("ids", ids.c, ids.g, K, false)) compare("weights", w.c, w.g, 1e-5);
 done:
     check_end();
@@ -1052,10 +1076,13 @@ static void check_moe_experts(int64_t N, int64_t D, int64_t F, int32_t E, int64_
     TRY(i32_pair(&ids, iv, SHAPE(N, K)));
     TRY(act_pair(&wts, F32, randu(N * K, 0.1f, 1.0f, false), SHAPE(N, K)));
     TRY(out_pair(&y, dt, SHAPE(N, D)));
-    TRY(cpu->moe_experts(cpu, y.c, x.c, ids.c, wts.c, gc, uc, dc, E, 10.0f));
-    TRY(gpu->moe_experts(gpu, y.g, x.g, ids.g, wts.g, gg, ug, dg, E, 10.0f));
+    glm53_expert_set set_c = {E, gc, uc, dc, NULL}, set_g = {E, gg, ug, dg, NULL};
+    if (gpu->ops->prepare_experts) TRY(gpu->ops->prepare_experts(gpu, &set_g));
+    TRY(cpu->ops->moe_experts(cpu, y.c, x.c, ids.c, wts.c, &set_c, 10.0f));
+    TRY(gpu->ops->moe_experts(gpu, y.g, x.g, ids.g, wts.g, &set_g, 10.0f));
     compare(NULL, y.c, y.g, THR(dt, w_dt));
 done:
+    if (set_g.device) gpu->ops->release_experts(gpu, &set_g);
     check_end();
 }
 
@@ -1105,6 +1132,11 @@ static void group_matmul(void) {
     check_matmul(17, 4096, 4096, BF16, BF16, F32, 0, 0);
     check_matmul(5, 300, 200, BF16, F16, BF16, 0, 0);
     check_matmul(1, 300, 200, F32, F16, F32, 0, 0);
+    check_swiglu_gate_up(1, 2048, 4096, BF16, FP8, 128);
+    check_swiglu_gate_up(16, 96, 64, BF16, BF16, 0);
+    check_swiglu_gate_up(3, 130, 200, F32, FP8, 16);
+    check_swiglu_gate_up(2, 50, 70, BF16, F32, 0);    /* K not a multiple of 16: the element-wise lane walk */
+    check_swiglu_gate_up(17, 96, 64, BF16, BF16, 0);  /* past the GEMV rows: the generic chain inside the op */
 }
 
 static void group_norm(void) {
@@ -1247,6 +1279,8 @@ static void group_moe(void) {
     check_moe_route(5, 64, 6, 8, 3, 0, 1.0f);
     check_moe_route(3, 16, 4, 4, 2, 1, 2.5f);
     check_moe_experts(1, 64, 32, 8, 2, BF16, BF16, 0, true);
+    check_moe_experts(3, 130, 48, 6, 3, BF16, FP8, 16, false);   /* device path, K = 130: element-wise lanes */
+    check_moe_experts(16, 4096, 2048, 12, 8, BF16, FP8, 128, false);   /* device path at its row limit */
     check_moe_experts(5, 64, 32, 8, 2, F32, F32, 0, true);
     check_moe_experts(40, 130, 48, 6, 3, BF16, FP8, 16, false);
     check_moe_experts(40, 130, 48, 6, 3, F32, FP8, 16, false);
@@ -1287,14 +1321,14 @@ typedef glm53_status (*bench_call)(void *ctx);
 static glm53_status bench_weight(glm53_tensor **out, int dtype, int64_t rows, int64_t cols) {
     if (dtype == BF16) {
         GLM53_TRY(new_tensor(gpu, out, BF16, SHAPE(rows, cols)));
-        return gpu->fill(gpu, *out, 0.01f);
+        return gpu->ops->fill(gpu, *out, 0.01f);
     }
     assert(dtype == FP8);
     uint8_t *codes = hmem((size_t)(rows * cols));
     memset(codes, 0x38, (size_t)(rows * cols));
     glm53_tensor *scale;
     GLM53_TRY(new_tensor(gpu, &scale, F32, SHAPE((rows + 127) / 128, (cols + 127) / 128)));
-    GLM53_TRY(gpu->fill(gpu, scale, 0.01f));
+    GLM53_TRY(gpu->ops->fill(gpu, scale, 0.01f));
     GLM53_TRY(tensor_raw(gpu, out, FP8, codes, SHAPE(rows, cols)));
     (*out)->scale = scale;
     (*out)->block_rows = (*out)->block_cols = 128;
@@ -1321,10 +1355,10 @@ static void bench_record(const char *op, const char *shape, double us, double by
 
 /* Mean microseconds per call, or a negative number when a call or an event failed (message printed). */
 static double bench_time(bench_call call, void *ctx) {
-    cudaStream_t stream = (cudaStream_t)glm53_cuda_backend_stream(gpu);
+    cudaStream_t stream = (cudaStream_t)gpu->stream;
     for (int i = 0; i < BENCH_WARM; i++)
         if (!status_ok(call(ctx), "bench warm-up")) return -1.0;
-    if (!status_ok(gpu->sync(gpu), "bench sync")) return -1.0;
+    if (!status_ok(gpu->ops->sync(gpu), "bench sync")) return -1.0;
     cudaEvent_t start, stop;
     if (cudaEventCreate(&start) != cudaSuccess || cudaEventCreate(&stop) != cudaSuccess) return -1.0;
     float ms = -1.0f;
@@ -1342,7 +1376,7 @@ typedef struct {
 } mm_ctx;
 static glm53_status call_matmul(void *p) {
     mm_ctx *c = p;
-    return gpu->matmul(gpu, c->y, c->x, c->w);
+    return gpu->ops->matmul(gpu, c->y, c->x, c->w);
 }
 
 static void bench_matmul(int64_t M, int64_t N, int64_t K, int w_dt) {
@@ -1351,7 +1385,7 @@ static void bench_matmul(int64_t M, int64_t N, int64_t K, int w_dt) {
     check_begin("bench matmul", dt_name(w_dt), "%s", shape);
     mm_ctx c = {0};
     TRY(new_tensor(gpu, &c.x, BF16, SHAPE(M, K)));
-    TRY(gpu->fill(gpu, c.x, 0.5f));
+    TRY(gpu->ops->fill(gpu, c.x, 0.5f));
     TRY(new_tensor(gpu, &c.y, BF16, SHAPE(M, N)));
     TRY(bench_weight(&c.w, w_dt, N, K));
     double us = bench_time(call_matmul, &c);
@@ -1366,7 +1400,7 @@ typedef struct {
 } kda_ctx;
 static glm53_status call_kda(void *p) {
     kda_ctx *c = p;
-    return gpu->kda_recurrent(gpu, c->o, c->q, c->k, c->v, c->g, c->beta, c->state, NULL);
+    return gpu->ops->kda_recurrent(gpu, c->o, c->q, c->k, c->v, c->g, c->beta, c->state, NULL);
 }
 
 static void bench_kda(int64_t T) {
@@ -1382,12 +1416,12 @@ static void bench_kda(int64_t T) {
     TRY(new_tensor(gpu, &c.g, F32, SHAPE(T, H, d)));
     TRY(new_tensor(gpu, &c.beta, F32, SHAPE(T, H)));
     TRY(new_tensor(gpu, &c.state, F32, SHAPE(H, d, d)));
-    TRY(gpu->fill(gpu, c.q, 0.01f));
-    TRY(gpu->fill(gpu, c.k, 0.01f));
-    TRY(gpu->fill(gpu, c.v, 0.5f));
-    TRY(gpu->fill(gpu, c.g, -0.01f));
-    TRY(gpu->fill(gpu, c.beta, 0.5f));
-    TRY(gpu->fill(gpu, c.state, 0.0f));
+    TRY(gpu->ops->fill(gpu, c.q, 0.01f));
+    TRY(gpu->ops->fill(gpu, c.k, 0.01f));
+    TRY(gpu->ops->fill(gpu, c.v, 0.5f));
+    TRY(gpu->ops->fill(gpu, c.g, -0.01f));
+    TRY(gpu->ops->fill(gpu, c.beta, 0.5f));
+    TRY(gpu->ops->fill(gpu, c.state, 0.0f));
     double us = bench_time(call_kda, &c);
     /* floor: the state read and written once, plus the token rows */
     double bytes = 2.0 * H * d * d * 4 + (double)T * H * (4 * d * 2 + d * 4 + 4);
@@ -1401,7 +1435,7 @@ typedef struct {
 } mla_ctx;
 static glm53_status call_mla(void *p) {
     mla_ctx *c = p;
-    return gpu->sparse_mla(gpu, c->o, c->q, c->latent, c->idx, c->kv_b, 0.0625f);
+    return gpu->ops->sparse_mla(gpu, c->o, c->q, c->latent, c->idx, c->kv_b, 0.0625f);
 }
 
 static void bench_sparse_mla(int64_t T) {
@@ -1414,9 +1448,9 @@ static void bench_sparse_mla(int64_t T) {
     for (int64_t t = 0; t < T; t++)
         for (int64_t j = 0; j < W; j++) iv[t * W + j] = (int32_t)((j * 7 + t) % cap);
     TRY(new_tensor(gpu, &c.q, BF16, SHAPE(T, H, dk)));
-    TRY(gpu->fill(gpu, c.q, 0.1f));
+    TRY(gpu->ops->fill(gpu, c.q, 0.1f));
     TRY(new_tensor(gpu, &c.latent, BF16, SHAPE(cap, R)));
-    TRY(gpu->fill(gpu, c.latent, 0.1f));
+    TRY(gpu->ops->fill(gpu, c.latent, 0.1f));
     TRY(tensor_raw(gpu, &c.idx, I32, iv, SHAPE(T, W)));
     TRY(bench_weight(&c.kv_b, BF16, H * (dk + dv), R));
     TRY(new_tensor(gpu, &c.o, BF16, SHAPE(T, H, dv)));
@@ -1431,11 +1465,11 @@ done:
 typedef struct {
     glm53_tensor *y, *x, *ids, *wts;
     const glm53_tensor *gate[16], *up[16], *down[16];
-    int32_t E;
+    glm53_expert_set set;
 } moe_ctx;
 static glm53_status call_moe(void *p) {
     moe_ctx *c = p;
-    return gpu->moe_experts(gpu, c->y, c->x, c->ids, c->wts, c->gate, c->up, c->down, c->E, 10.0f);
+    return gpu->ops->moe_experts(gpu, c->y, c->x, c->ids, c->wts, &c->set, 10.0f);
 }
 
 static void bench_moe(int64_t N) {
@@ -1445,7 +1479,7 @@ static void bench_moe(int64_t N) {
     snprintf(shape, sizeof shape, "N %lld D 4096 F 2048 k 8 of %d, fp8", (long long)N, E);
     check_begin("bench moe_experts", "bf16/fp8", "%s", shape);
     moe_ctx c = {0};
-    c.E = E;
+    c.set = (glm53_expert_set){E, c.gate, c.up, c.down, NULL};
     for (int32_t e = 0; e < E; e++) {
         glm53_tensor *w;
         TRY(bench_weight(&w, FP8, F, D));
@@ -1459,16 +1493,18 @@ static void bench_moe(int64_t N) {
     for (int64_t n = 0; n < N; n++)
         for (int64_t k = 0; k < K; k++) iv[n * K + k] = (int32_t)((n * 3 + k) % E);
     TRY(new_tensor(gpu, &c.x, BF16, SHAPE(N, D)));
-    TRY(gpu->fill(gpu, c.x, 0.1f));
+    TRY(gpu->ops->fill(gpu, c.x, 0.1f));
     TRY(new_tensor(gpu, &c.y, BF16, SHAPE(N, D)));
     TRY(tensor_raw(gpu, &c.ids, I32, iv, SHAPE(N, K)));
     TRY(new_tensor(gpu, &c.wts, F32, SHAPE(N, K)));
-    TRY(gpu->fill(gpu, c.wts, 0.125f));
+    TRY(gpu->ops->fill(gpu, c.wts, 0.125f));
+    TRY(gpu->ops->prepare_experts(gpu, &c.set));
     double us = bench_time(call_moe, &c);
     int64_t used = N * K < E ? N * K : E;
     double bytes = (double)used * 3 * F * D;   /* each used expert's FP8 weights read once */
     if (us >= 0) bench_record("moe_experts", shape, us, bytes, 2.0 * N * K * 3 * F * D);
 done:
+    if (c.set.device) gpu->ops->release_experts(gpu, &c.set);
     bench_end();
 }
 
@@ -1553,7 +1589,7 @@ int main(int argc, char **argv) {
     if (bench && !only) run_benches();
 
     print_table();
-    gpu->destroy(gpu);
-    cpu->destroy(cpu);
+    gpu->ops->destroy(gpu);
+    cpu->ops->destroy(cpu);
     return test_failures ? 1 : 0;
 }

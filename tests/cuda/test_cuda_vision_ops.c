@@ -15,7 +15,6 @@
  * Usage: test_cuda_vision_ops [--self-test]
  */
 #include "kernels/backend.h"
-#include "kernels/cuda/cuda_backend.h"
 #include "test_util.h"
 
 #include <stdbool.h>
@@ -56,7 +55,7 @@ static glm53_tensor *put(glm53_backend *be, int dtype, int ndim, const int64_t *
     t->device = be->device;
     t->ndim = ndim;
     for (int i = 0; i < ndim; i++) t->shape[i] = dims[i];
-    if (be->alloc(be, t) != GLM53_OK) {
+    if (be->ops->alloc(be, t) != GLM53_OK) {
         printf("alloc failed: %s\n", glm53_last_error());
         exit(2);
     }
@@ -64,12 +63,12 @@ static glm53_tensor *put(glm53_backend *be, int dtype, int ndim, const int64_t *
     if (host && dtype == GLM53_BF16) {
         uint16_t *h = malloc((size_t)n * 2);
         for (int64_t i = 0; i < n; i++) h[i] = glm53_f32_to_bf16(((const float *)host)[i]);
-        be->upload(be, t, h);
+        be->ops->upload(be, t, h);
         free(h);
     } else if (host) {
-        be->upload(be, t, host);
+        be->ops->upload(be, t, host);
     } else {
-        be->fill(be, t, NAN);
+        be->ops->fill(be, t, NAN);
     }
     return t;
 }
@@ -79,17 +78,17 @@ static float *get(glm53_backend *be, const glm53_tensor *t) {
     float *out = malloc((size_t)n * sizeof *out);
     if (t->dtype == GLM53_BF16) {
         uint16_t *h = malloc((size_t)n * 2);
-        be->download(be, h, t);
+        be->ops->download(be, h, t);
         for (int64_t i = 0; i < n; i++) out[i] = glm53_bf16_to_f32(h[i]);
         free(h);
     } else {
-        be->download(be, out, t);
+        be->ops->download(be, out, t);
     }
     return out;
 }
 
 static void drop(glm53_backend *be, glm53_tensor *t) {
-    be->release(be, t);
+    be->ops->release(be, t);
     free(t);
 }
 
@@ -123,9 +122,9 @@ static void check_rope(int64_t M, int64_t H, int64_t d, int dtype, bool in_place
     glm53_tensor *cp = put(cpu, GLM53_I32, 2, dp, pos);
     glm53_tensor *gx = put(gpu, bf16 && !self_test ? GLM53_BF16 : GLM53_F32, 3, dx, x);
     glm53_tensor *gy = put(gpu, gx->dtype, 3, dx, NULL), *gp = put(gpu, GLM53_I32, 2, dp, pos);
-    glm53_status a = cpu->rope_2d(cpu, cy, cx, cp, 10000.0f);
-    glm53_status b = gpu->rope_2d(gpu, in_place ? gx : gy, gx, gp, 10000.0f);
-    if (b == GLM53_OK) b = gpu->sync(gpu);
+    glm53_status a = cpu->ops->rope_2d(cpu, cy, cx, cp, 10000.0f);
+    glm53_status b = gpu->ops->rope_2d(gpu, in_place ? gx : gy, gx, gp, 10000.0f);
+    if (b == GLM53_OK) b = gpu->ops->sync(gpu);
     if (a != GLM53_OK || b != GLM53_OK) {
         record("rope_2d", shape, bf16 ? "bf16" : "f32", INFINITY, 0, glm53_last_error());
     } else {
@@ -157,9 +156,9 @@ static void check_attention(const int32_t *lens, int n_seg, int64_t H, int64_t d
     glm53_tensor *gq = put(gpu, gd, 3, dx, q), *gk = put(gpu, gd, 3, dx, k), *gv = put(gpu, gd, 3, dx, v);
     glm53_tensor *go = put(gpu, gd, 3, dx, NULL), *gc = put(gpu, GLM53_I32, 1, dc, cu);
     const float scale = 1.0f / sqrtf((float)d);
-    glm53_status a = cpu->attention_segments(cpu, co, cq, ck, cv, cc, scale);
-    glm53_status b = gpu->attention_segments(gpu, go, gq, gk, gv, gc, scale);
-    if (b == GLM53_OK) b = gpu->sync(gpu);
+    glm53_status a = cpu->ops->attention_segments(cpu, co, cq, ck, cv, cc, scale);
+    glm53_status b = gpu->ops->attention_segments(gpu, go, gq, gk, gv, gc, scale);
+    if (b == GLM53_OK) b = gpu->ops->sync(gpu);
     if (a != GLM53_OK || b != GLM53_OK) {
         record("attention_segments", shape, bf16 ? "bf16" : "f32", INFINITY, 0, glm53_last_error());
     } else {
@@ -187,7 +186,7 @@ int main(int argc, char **argv) {
         printf("cannot create the backends: %s\ncuda vision ops: 0 passed, 1 failed\n", glm53_last_error());
         return 1;
     }
-    if (!gpu->rope_2d || !gpu->attention_segments) {
+    if (!gpu->ops->rope_2d || !gpu->ops->attention_segments) {
         printf("the backend lacks the vision ops\ncuda vision ops: 0 passed, 1 failed\n");
         return 1;
     }
@@ -215,7 +214,7 @@ int main(int argc, char **argv) {
         passed += rows[i].pass;
     }
     printf("--- end table ---\ncuda vision ops: %d passed, %d failed\n", passed, n_rows - passed);
-    gpu->destroy(gpu);
-    cpu->destroy(cpu);
+    gpu->ops->destroy(gpu);
+    cpu->ops->destroy(cpu);
     return test_failures ? 1 : 0;
 }

@@ -14,7 +14,7 @@ static void check_config(const glm53_model_config *c) {
     if (t->index_topk % t->index_kpool != 0 || t->qk_rope_head_dim != 0) __builtin_trap();
     if (t->num_experts_per_tok > t->n_routed_experts) __builtin_trap();
     for (int i = 0; i < t->num_hidden_layers; i++) {
-        if ((uint32_t)t->layer_types[i] > GLM53_LAYER_DSA || (uint32_t)t->mlp_types[i] > GLM53_MLP_MOE ||
+        if ((uint32_t)t->layer_types[i] > GLM53_LAYER_SPARSE_MLA || (uint32_t)t->mlp_types[i] > GLM53_MLP_MOE ||
             (uint32_t)t->indexer_types[i] > GLM53_INDEXER_SHARED)
             __builtin_trap();
     }

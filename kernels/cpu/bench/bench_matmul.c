@@ -69,28 +69,28 @@ int main(int argc, char **argv) {
                     glm53_tensor w = make_weight(dtypes[d], N, K, &scale);
                     glm53_tensor x = {.dtype = GLM53_F32, .ndim = 2, .shape = {M, K}};
                     glm53_tensor y = {.dtype = GLM53_F32, .ndim = 2, .shape = {M, N}};
-                    be->alloc(be, &x);
-                    be->alloc(be, &y);
+                    be->ops->alloc(be, &x);
+                    be->ops->alloc(be, &y);
                     for (int64_t i = 0; i < M * K; i++) ((float *)x.data)[i] = (float)(i % 7) * 0.25f - 0.75f;
-                    be->matmul(be, &y, &x, &w);   /* warm-up: page in the weight */
+                    be->ops->matmul(be, &y, &x, &w);   /* warm-up: page in the weight */
                     /* the fastest of many calls: the machine may be shared, and noise only ever adds time */
                     double per = INFINITY, start = now_s();
                     while (now_s() - start < 1.0) {
                         double t0 = now_s();
-                        be->matmul(be, &y, &x, &w);
+                        be->ops->matmul(be, &y, &x, &w);
                         double t = now_s() - t0;
                         if (t < per) per = t;
                     }
                     printf("%-8s %-4lld %-7d %-6s %10.3f %10.2f %10.2f\n", glm53_dtype_name(dtypes[d]), (long long)M,
                            threads, cpu_impl(be)->use_avx2 ? "avx2" : "base", per * 1e3, 2.0 * M * N * K / per * 1e-9,
                            (double)glm53_tensor_nbytes(&w) / per * 1e-9);
-                    be->release(be, &x);
-                    be->release(be, &y);
+                    be->ops->release(be, &x);
+                    be->ops->release(be, &y);
                     free(w.data);
                     free(scale.data);
                 }
         }
-        be->destroy(be);
+        be->ops->destroy(be);
     }
     return 0;
 }
