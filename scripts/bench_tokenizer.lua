@@ -17,8 +17,8 @@ package.path = root .. "/lua/?.lua;" .. root .. "/lua/?/init.lua;" .. package.pa
 
 local cjson = require("cjson")
 local ffi = require("ffi")
-local tokenizer = require("glm53.tokenizer")
-local core = require("glm53.core")
+local tokenizer = require("glm53.engine.tokenizer")
+local core = require("glm53.ffi.core")
 
 local opts = { tokenizer = root .. "/.cache/tokenizers/qwen3.json", corpus = root .. "/.cache/bench/tokenizer_corpus.txt",
                ["repeat"] = 3, threads = 0 }

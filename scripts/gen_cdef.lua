@@ -4,10 +4,10 @@ gen_cdef.lua - derives the LuaJIT ffi.cdef text from core/glm53.h.
 
 The header's API region (between the GLM53_API_BEGIN and GLM53_API_END marker comments) is plain C with no
 preprocessor lines; this script drops comments and the GLM53_API visibility macro and writes
-lua/glm53/cdef.lua. tests/lua/abi_spec.lua regenerates it and fails if the committed file differs, and
+lua/glm53/ffi/cdef.lua. tests/lua/abi_spec.lua regenerates it and fails if the committed file differs, and
 compares struct sizes, field offsets and enum values with a C program compiled against the header.
 
-Usage: luajit scripts/gen_cdef.lua [header] [out]   (defaults: core/glm53.h lua/glm53/cdef.lua)
+Usage: luajit scripts/gen_cdef.lua [header] [out]   (defaults: core/glm53.h lua/glm53/ffi/cdef.lua)
        luajit scripts/gen_cdef.lua --print          (prints the cdef text)
 ]]
 
@@ -41,7 +41,7 @@ end
 local M = { cdef_from_header = cdef_from_header, render_module = render_module }
 
 if arg and arg[0] and arg[0]:match("gen_cdef%.lua$") then
-    local header, out = arg[1] or "core/glm53.h", arg[2] or "lua/glm53/cdef.lua"
+    local header, out = arg[1] or "core/glm53.h", arg[2] or "lua/glm53/ffi/cdef.lua"
     if header == "--print" then
         io.write(cdef_from_header(read_file("core/glm53.h")))
     else

@@ -13,7 +13,7 @@ warm-up; the repetitions of all configurations interleave so that drift in machi
 
 Modes: greedy (temperature 0) and sample (temperature 0.8, top-p 0.9, top-k 20; the seed changes per
 repetition). Draft policies: fixed (always K drafts) and threshold:P (stop a round's drafting at the first
-draft less likely than P; spec.draft_threshold).
+draft less likely than P; glm53.generation.driver.draft_threshold).
 
 Prints a table, and writes --out DIR/report.html (the table, and inline SVG plots of acceptance vs position
 and speed-up vs K with 95% intervals) and DIR/report.json (every number). Speed-up of a configuration = for
@@ -25,7 +25,7 @@ local script = arg and arg[0] or "scripts/mtp_depth.lua"
 local dir = script:match("^(.*)/[^/]*$") or "."
 package.path = dir .. "/../lua/?.lua;" .. dir .. "/../lua/?/init.lua;" .. package.path
 
-local cli = require("glm53.cli")
+local cli = require("glm53.util.cli")
 local args = cli.parse(arg, {
     usage = "luajit scripts/mtp_depth.lua --model DIR [--k 0,1,2,4,8] [--modes greedy,sample] [--out DIR] [...]",
     options = {
@@ -47,9 +47,9 @@ local args = cli.parse(arg, {
 })
 
 local cjson = require("cjson")
-local model = require("glm53.model")
-local spec = require("glm53.spec")
-local clock = require("glm53.clock")
+local model = require("glm53.engine.model")
+local generation = require("glm53.generation.driver")
+local clock = require("glm53.util.clock")
 
 local function die(msg)
     io.stderr:write("mtp_depth.lua: ", msg, "\n")
@@ -84,7 +84,7 @@ local drafts = {}
 for _, name in ipairs(split(args.draft)) do
     local t = name:match("^threshold:([%d%.eE%-]+)$")
     if name ~= "fixed" and not tonumber(t or "") then die("--draft: '" .. name .. "' is not fixed or threshold:P") end
-    drafts[#drafts + 1] = { name = name, policy = t and spec.draft_threshold(tonumber(t)) or nil }
+    drafts[#drafts + 1] = { name = name, policy = t and generation.draft_threshold(tonumber(t)) or nil }
 end
 if args.reps < 2 then die("--reps must be >= 2 (the speed-up interval needs repetitions)") end
 
@@ -96,7 +96,7 @@ local prompts = {}
 if args.prompts then
     local tok
     if args.tokenizer then
-        local ok, tokenizer = pcall(require, "glm53.tokenizer")
+        local ok, tokenizer = pcall(require, "glm53.engine.tokenizer")
         if not ok then die("--tokenizer: the tokenizer module is not available (" .. tostring(tokenizer) .. ")") end
         tok, err = tokenizer.load(args.tokenizer)
         if not tok then die("--tokenizer: " .. err) end
@@ -132,8 +132,8 @@ if #prompts == 0 then die("no prompts") end
 local function run_once(mode, draft, k, rep)
     local sampling = {}
     for key, v in pairs(MODES[mode]) do sampling[key] = v end
-    local d, spec_err = spec.new(m, { k = k, sampling = sampling, draft = draft.policy, max_seqs = #prompts })
-    if not d then die(spec_err) end
+    local d, driver_err = generation.new(m, { k = k, sampling = sampling, draft = draft.policy, max_seqs = #prompts })
+    if not d then die(driver_err) end
     local t0 = clock.now()
     for i, ids in ipairs(prompts) do
         local s, add_err = d:add(ids, { max_new = args.max_new, seed = rep * 1000 + i })
@@ -211,7 +211,7 @@ for _, c in ipairs(configs) do
     local ratios = {}
     for rep = 1, args.reps do ratios[rep] = baseline[c.mode].times[rep] / c.times[rep] end
     c.speedup, c.speedup_lo, c.speedup_hi = mean_ci(ratios)
-    c.summary = spec.summary(c.stats)
+    c.summary = generation.summary(c.stats)
     local seconds = 0
     for _, t in ipairs(c.times) do seconds = seconds + t end
     c.tok_s = c.stats.tokens / seconds

@@ -17,8 +17,8 @@ local here = arg[0]:match("^(.*)/scripts/[^/]*$") or "."
 package.path = here .. "/lua/?.lua;" .. here .. "/lua/?/init.lua;" .. package.path
 
 local cjson = require("cjson")
-local base64 = require("glm53.base64")
-local tokenizer = require("glm53.tokenizer")
+local base64 = require("glm53.util.base64")
+local tokenizer = require("glm53.engine.tokenizer")
 
 local function fail(msg)
     io.stderr:write("tokenize.lua: ", msg, "\n")

@@ -35,12 +35,12 @@ local function parse_cdef(text)
 end
 
 describe("ffi.cdef vs core/glm53.h", function()
-    it("the committed lua/glm53/cdef.lua is what gen_cdef.lua derives from the header", function()
-        assert.are.equal(gen.render_module(cdef), read_file("lua/glm53/cdef.lua"))
+    it("the committed lua/glm53/ffi/cdef.lua is what gen_cdef.lua derives from the header", function()
+        assert.are.equal(gen.render_module(cdef), read_file("lua/glm53/ffi/cdef.lua"))
     end)
 
     it("struct sizes, field offsets and enum values match the C compiler's", function()
-        require("glm53.core")   -- loads the cdef
+        require("glm53.ffi.core")   -- loads the cdef
         local structs, enums = parse_cdef(cdef)
         assert.is_true(#structs >= 5 and #enums >= 20)
         local lines = { "#include <stdio.h>", "#include <stddef.h>", "#include \"glm53.h\"", "int main(void) {" }

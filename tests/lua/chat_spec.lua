@@ -1,8 +1,8 @@
 -- The Lua renderer against jinja2's renderings of the GLM-5.3 template
 -- (tests/chat/make_refs.py wrote the references).
 
-local json = require("glm53.json")
-local chat = require("glm53.chat")
+local json = require("glm53.chat.json")
+local chat = require("glm53.chat.template")
 
 local function read_json(path)
     local f = assert(io.open(path, "rb"))

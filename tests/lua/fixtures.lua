@@ -1,7 +1,7 @@
 -- Test helper: the committed golden fixtures (tests/fixtures/<name>/ with config.json, tokens.npy,
 -- logits.npy), and the comparisons every logits check uses. GLM53_FIXTURES may point at another directory of
 -- the same layout.
-local json = require("glm53.json")
+local json = require("glm53.chat.json")
 
 local M = {}
 

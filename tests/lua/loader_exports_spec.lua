@@ -2,8 +2,8 @@
 -- FP8 block-scaled, unsharded), tensors exported by transformers after from_pretrained (FP8: dequantised by
 -- torch) equal what glm53's loader returns for the same checkpoint names, element for element.
 local cjson = require("cjson")
-local npy = require("glm53.npy")
-local checkpoint = require("glm53.checkpoint")
+local npy = require("glm53.util.npy")
+local checkpoint = require("glm53.engine.checkpoint")
 local fixtures = require("fixtures")
 
 local function read_json(path)

@@ -6,7 +6,7 @@
 -- API's error conventions and the scripts/tokenize.lua contract.
 
 local cjson = require("cjson")
-local tokenizer = require("glm53.tokenizer")
+local tokenizer = require("glm53.engine.tokenizer")
 
 local REFS = os.getenv("GLM53_TOKENIZER_REFS") or "tests/tokenizer/refs"
 local TOKDIR = ".cache/tokenizers"
@@ -40,7 +40,7 @@ local function command_output(cmd)
     return s
 end
 
-local b64decode = require("glm53.base64").decode
+local b64decode = require("glm53.util.base64").decode
 
 -- The corpus as raw bytes, and as the text HF is given (invalid UTF-8 repaired).
 local CORPUS_PATH = "tests/tokenizer/corpus.json"

@@ -1,4 +1,4 @@
--- glm53.parsers: split GLM-5.3 output into reasoning, content and tool calls.
+-- glm53.chat.parsers: split GLM-5.3 output into reasoning, content and tool calls.
 --
 -- Reasoning follows vLLM's `glm45` reasoning parser (DeepSeekV3ReasoningWith-
 -- ThinkingParser, which delegates to the DeepSeek-R1 rules): the prompt ends
@@ -28,8 +28,8 @@
 -- concatenating the events always yields parse()'s result, however the text
 -- is split.
 
-local json = require("glm53.json")
-local py = require("glm53.pycompat")
+local json = require("glm53.chat.json")
+local py = require("glm53.chat.pycompat")
 
 local find, sub, byte = string.find, string.sub, string.byte
 local concat = table.concat

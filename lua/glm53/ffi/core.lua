@@ -1,8 +1,12 @@
 --[[
-glm53.core - loads libglm53 through the LuaJIT FFI and holds what every module shares.
+glm53.ffi.core - loads libglm53 through the LuaJIT FFI and holds what every module shares.
+
+    local core = require("glm53.ffi.core")
+    local ffi, C = core.ffi, core.C
+    local ok, err = core.check(C.glm53_seq_truncate(h, 4))   -- true, or nil and "GLM53_ERR_X: message"
 
 Returns { ffi = ffi, C = <the loaded library>, errmsg = fn, status_name = fn, path = <library path> }.
-The ffi.cdef comes from lua/glm53/cdef.lua, which scripts/gen_cdef.lua derives from core/glm53.h.
+The ffi.cdef comes from lua/glm53/ffi/cdef.lua (glm53.ffi.cdef), which scripts/gen_cdef.lua derives from core/glm53.h.
 
 Where the library is looked for, in order:
   1. $GLM53_LIB (a full path to libglm53.so)
@@ -13,7 +17,7 @@ Where the library is looked for, in order:
 ]]
 local ffi = require("ffi")
 
-ffi.cdef(require("glm53.cdef"))
+ffi.cdef(require("glm53.ffi.cdef"))
 
 local function exists(path)
     local f = path and io.open(path, "rb")
@@ -24,9 +28,9 @@ end
 local function source_root()
     local src = debug.getinfo(1, "S").source
     if src:sub(1, 1) ~= "@" then return nil end
-    -- .../lua/glm53/core.lua -> ...
-    return src:sub(2):match("^(.*)/lua/glm53/core%.lua$") or
-           (src:sub(2) == "lua/glm53/core.lua" and ".") or nil
+    -- .../lua/glm53/ffi/core.lua -> ...
+    return src:sub(2):match("^(.*)/lua/glm53/ffi/core%.lua$") or
+           (src:sub(2) == "lua/glm53/ffi/core.lua" and ".") or nil
 end
 
 local function find_library()

@@ -1,4 +1,4 @@
--- glm53.json: JSON decode/encode that keeps object key order and writes what
+-- glm53.chat.json: JSON decode/encode that keeps object key order and writes what
 -- Python's json.dumps writes.
 --
 -- Why not lua-cjson alone: chat templates serialise tool schemas and tool-call

@@ -1,5 +1,5 @@
 --[[
-glm53.clock - a monotonic wall clock in seconds (clock_gettime(CLOCK_MONOTONIC)) for timings in scripts.
+glm53.util.clock - a monotonic wall clock in seconds (clock_gettime(CLOCK_MONOTONIC)) for timings in scripts.
 ]]
 local ffi = require("ffi")
 

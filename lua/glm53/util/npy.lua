@@ -1,7 +1,7 @@
 --[[
-glm53.npy - reads and writes NumPy .npy files (format 1.0/2.0/3.0, C order) through FFI buffers.
+glm53.util.npy - reads and writes NumPy .npy files (format 1.0/2.0/3.0, C order) through FFI buffers.
 
-    local npy = require("glm53.npy")
+    local npy = require("glm53.util.npy")
     local arr = assert(npy.read("tokens.npy"))   -- {dtype = "<i4", shape = {T}, data = int32_t[T], n = T}
     npy.write("out.npy", "<f4", {T, V}, float_ptr)
 
