@@ -11,11 +11,12 @@ Usage: luajit scripts/gen_cdef.lua [header] [out]   (defaults: core/glm53.h lua/
        luajit scripts/gen_cdef.lua --print          (prints the cdef text)
 ]]
 
+local here = debug.getinfo(1, "S").source:match("^@(.*)/[^/]*$") or "."
+package.path = here .. "/../lua/?.lua;" .. here .. "/../lua/?/init.lua;" .. package.path
+local file = require("glm53.util.file")
+
 local function read_file(path)
-    local f = assert(io.open(path, "rb"))
-    local s = f:read("*a")
-    f:close()
-    return s
+    return assert(file.read_file(path))
 end
 
 local function cdef_from_header(text)

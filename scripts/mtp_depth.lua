@@ -50,6 +50,7 @@ local cjson = require("cjson")
 local model = require("glm53.engine.model")
 local generation = require("glm53.generation.driver")
 local clock = require("glm53.util.clock")
+local file = require("glm53.util.file")
 
 local function die(msg)
     io.stderr:write("mtp_depth.lua: ", msg, "\n")
@@ -380,9 +381,7 @@ html[#html + 1] = svg_plot("wall-clock speed-up over K = 0 (95% CI)", "K (drafts
 html[#html + 1] = "</body></html>"
 
 os.execute("mkdir -p '" .. args.out:gsub("'", "'\\''") .. "'")
-local f = assert(io.open(args.out .. "/report.html", "w"))
-f:write(table.concat(html, "\n"), "\n")
-f:close()
+assert(file.write_file(args.out .. "/report.html", table.concat(html, "\n") .. "\n"))
 
 local json_rows = {}
 for _, c in ipairs(configs) do
@@ -391,8 +390,7 @@ for _, c in ipairs(configs) do
         speedup_ci = { c.speedup_lo, c.speedup_hi }, tok_s = c.tok_s, stats = c.stats, summary = c.summary,
     }
 end
-f = assert(io.open(args.out .. "/report.json", "w"))
-f:write(cjson.encode({ model = args.model, prompts = #prompts, max_new = args.max_new, reps = args.reps,
-                       header = header, rows = rows, configs = json_rows }), "\n")
-f:close()
+assert(file.write_file(args.out .. "/report.json",
+                       cjson.encode({ model = args.model, prompts = #prompts, max_new = args.max_new,
+                                      reps = args.reps, header = header, rows = rows, configs = json_rows }) .. "\n"))
 io.stderr:write("wrote " .. args.out .. "/report.html and report.json\n")

@@ -1,14 +1,10 @@
 -- The ffi.cdef the Lua package uses must agree with core/glm53.h: same text (signatures), and the same struct
 -- sizes, field offsets and enum values as a C compiler sees them.
 local ffi = require("ffi")
+local file = require("glm53.util.file")
 local gen = dofile("scripts/gen_cdef.lua")
 
-local function read_file(path)
-    local f = assert(io.open(path, "rb"))
-    local s = f:read("*a")
-    f:close()
-    return s
-end
+local function read_file(path) return (assert(file.read_file(path))) end
 
 local cdef = gen.cdef_from_header(read_file("core/glm53.h"))
 
@@ -58,9 +54,7 @@ describe("ffi.cdef vs core/glm53.h", function()
         local dir = os.tmpname()
         os.remove(dir)
         assert(os.execute("mkdir -p " .. dir) == 0)
-        local f = assert(io.open(dir .. "/abi.c", "w"))
-        f:write(table.concat(lines, "\n"))
-        f:close()
+        assert(file.write_file(dir .. "/abi.c", table.concat(lines, "\n")))
         assert.are.equal(0, os.execute(string.format("cc -std=c11 -Icore -o %s/abi %s/abi.c", dir, dir)))
         local p = assert(io.popen(dir .. "/abi"))
         local checked = 0

@@ -2,13 +2,11 @@
 -- (tests/chat/make_refs.py wrote the references).
 
 local json = require("glm53.chat.json")
+local file = require("glm53.util.file")
 local chat = require("glm53.chat.template")
 
 local function read_json(path)
-    local f = assert(io.open(path, "rb"))
-    local text = f:read("*a")
-    f:close()
-    return assert(json.decode(text, { exact = true }))
+    return assert(json.decode(assert(file.read_file(path)), { exact = true }))
 end
 
 -- The options of a conversation as chat.render takes them.

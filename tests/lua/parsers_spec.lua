@@ -3,13 +3,11 @@
 -- splitting the text.
 
 local json = require("glm53.chat.json")
+local file = require("glm53.util.file")
 local parsers = require("glm53.chat.parsers")
 
 local function read_json(path)
-    local f = assert(io.open(path, "rb"))
-    local text = f:read("*a")
-    f:close()
-    return assert(json.decode(text, { exact = true }))
+    return assert(json.decode(assert(file.read_file(path)), { exact = true }))
 end
 
 local corpus = read_json("tests/chat/outputs.json")
@@ -275,9 +273,7 @@ end)
 describe("parsers over the incremental detokeniser", function()
     local TOKENIZER = "models/tiny/tokenizer.json"
     local ok_mod, tokenizer = pcall(require, "glm53.engine.tokenizer")
-    local file = io.open(TOKENIZER, "rb")
-    if file then file:close() end
-    local tok = ok_mod and file and tokenizer.load(TOKENIZER)
+    local tok = ok_mod and file.exists(TOKENIZER) and tokenizer.load(TOKENIZER)
     if not tok then
         pending("needs libglm53 and " .. TOKENIZER)
         return

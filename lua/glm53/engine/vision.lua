@@ -26,6 +26,7 @@ vision tower) return nil, err.
 ]]
 local base64 = require("glm53.util.base64")
 local core = require("glm53.ffi.core")
+local file = require("glm53.util.file")
 local ffi, C = core.ffi, core.C
 
 local M = {}
@@ -39,20 +40,12 @@ M.IMAGE_TOKEN, M.VIDEO_TOKEN = "<|image|>", "<|video|>"
 -- Standard or URL-safe base64 -> bytes, or nil, err (glm53.util.base64).
 M.base64_decode = base64.decode
 
-local function read_file(path)
-    local f, err = io.open(path, "rb")
-    if not f then return nil, err end
-    local data = f:read("*a")
-    f:close()
-    return data
-end
-
 -- The encoded bytes of a source, or nil, err.
 function M.load_bytes(src)
     if type(src) == "table" then
         if type(src.bytes) == "string" then return src.bytes end
         if type(src.base64) == "string" then return M.base64_decode(src.base64) end
-        if type(src.path) == "string" then return read_file(src.path) end
+        if type(src.path) == "string" then return file.read_file(src.path) end
         error("vision: a source table needs bytes, base64 or path", 3)
     end
     if type(src) ~= "string" then error("vision: a source is a path, a data URL or a table, got " .. type(src), 3) end
@@ -68,9 +61,7 @@ function M.load_bytes(src)
         return nil, "remote URLs are not fetched (" .. src:sub(1, 60) .. "); pass a file path, a data URL or base64"
     end
     if src:sub(1, 7) == "file://" then src = src:sub(8) end
-    local data, err = read_file(src)
-    if not data then return nil, err end
-    return data
+    return file.read_file(src)
 end
 
 ---------------------------------------------------------------------------------------------------------------

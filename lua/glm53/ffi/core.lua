@@ -16,14 +16,9 @@ Where the library is looked for, in order:
   5. the system linker path (ffi.load "glm53")
 ]]
 local ffi = require("ffi")
+local file = require("glm53.util.file")
 
 ffi.cdef(require("glm53.ffi.cdef"))
-
-local function exists(path)
-    local f = path and io.open(path, "rb")
-    if f then f:close() return true end
-    return false
-end
 
 local function source_root()
     local src = debug.getinfo(1, "S").source
@@ -43,7 +38,7 @@ local function find_library()
     local on_cpath = package.searchpath and package.searchpath("libglm53", package.cpath)
     if on_cpath then candidates[#candidates + 1] = on_cpath end
     for _, path in ipairs(candidates) do
-        if exists(path) then return path end
+        if file.exists(path) then return path end
     end
     return "glm53"
 end
