@@ -5,8 +5,11 @@ glm53.ffi.core - loads libglm53 through the LuaJIT FFI and holds what every modu
     local ffi, C = core.ffi, core.C
     local ok, err = core.check(C.glm53_seq_truncate(h, 4))   -- true, or nil and "GLM53_ERR_X: message"
 
-Returns { ffi = ffi, C = <the loaded library>, errmsg = fn, status_name = fn, path = <library path> }.
-The ffi.cdef comes from lua/glm53/ffi/cdef.lua (glm53.ffi.cdef), which scripts/gen_cdef.lua derives from core/glm53.h.
+Returns { ffi = ffi, C = <the loaded library>, path = <library path>, errmsg = fn, status_name = fn, check = fn,
+check_abi = fn }. The ffi.cdef comes from glm53.ffi.cdef (lua/glm53/ffi/cdef.lua), which scripts/gen_cdef.lua
+derives from core/glm53.h together with the header's GLM53_ABI_VERSION. Right after loading the library this
+module compares that version with the library's glm53_abi_version() and raises (one line: the library path and
+both versions) when they differ, so a stale libglm53.so is refused before any call can misread a struct.
 
 Where the library is looked for, in order:
   1. $GLM53_LIB (a full path to libglm53.so)
@@ -18,7 +21,8 @@ Where the library is looked for, in order:
 local ffi = require("ffi")
 local file = require("glm53.util.file")
 
-ffi.cdef(require("glm53.ffi.cdef"))
+local def = require("glm53.ffi.cdef")
+ffi.cdef(def.cdef)
 
 local function source_root()
     local src = debug.getinfo(1, "S").source
@@ -43,13 +47,30 @@ local function find_library()
     return "glm53"
 end
 
+-- true when lib_version (the library's glm53_abi_version(), nil for a library without that function) is the
+-- version `expected` the cdef was generated from; otherwise nil and a one-line message naming the library path.
+local function check_abi(lib_version, expected, lib_path)
+    if lib_version ~= nil and type(lib_version) ~= "number" then error("check_abi: lib_version must be a number", 2) end
+    if type(expected) ~= "number" then error("check_abi: expected must be a number", 2) end
+    if type(lib_path) ~= "string" then error("check_abi: lib_path must be a string", 2) end
+    if lib_version == expected then return true end
+    local have = lib_version and "ABI version " .. lib_version or "no glm53_abi_version() (a build older than ABI 1)"
+    return nil, string.format("glm53: the C library %s has %s, the Lua package expects ABI version %d; " ..
+                              "rebuild with make, or point GLM53_LIB at a matching build", lib_path, have, expected)
+end
+
 local path = find_library()
 local ok, C = pcall(ffi.load, path)
 if not ok then
     error("glm53: cannot load the C library (" .. tostring(C) .. "); run `make` first or set GLM53_LIB", 0)
 end
+do
+    local has_fn, lib_version = pcall(function() return C.glm53_abi_version() end)
+    local abi_ok, abi_err = check_abi(has_fn and tonumber(lib_version) or nil, def.abi_version, path)
+    if not abi_ok then error(abi_err, 0) end
+end
 
-local M = { ffi = ffi, C = C, path = path }
+local M = { ffi = ffi, C = C, path = path, check_abi = check_abi }
 
 -- The calling thread's last error message from the C core.
 function M.errmsg()
