@@ -1,6 +1,10 @@
 -- glm53.chat.pycompat: the few Python behaviours that the chat template (rendered
 -- by jinja2) and vLLM's output parsers rely on, over glm53.chat.json values.
 --
+--   local py = require("glm53.chat.pycompat")
+--   py.str(json.decode("[true, null, 1.5]"))     -- "[True, None, 1.5]"
+--   py.literal_eval("{'a': (1, 2), 'b': None}")  -- an object {a = [1, 2], b = json.null}
+--
 --   truthy(v)        Python truthiness (nil stands for jinja's Undefined)
 --   str(v), repr(v)  str() and repr() of JSON-shaped values
 --   isspace(cp)      str.isspace for one code point

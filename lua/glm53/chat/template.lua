@@ -1,5 +1,10 @@
 -- glm53.chat.template: the GLM-5.3 chat template, rendered natively.
 --
+--   local chat = require("glm53.chat.template")
+--   local prompt = assert(chat.render({ { role = "user", content = "hi" } }, { reasoning_effort = "low" }))
+--   -- [gMASK]<sop><|system|>Reasoning Effort: Low<|user|>hi<|assistant|><think>
+--   local r = chat.parse(model_output, tools)   -- glm53.chat.parsers.parse
+--
 -- chat.render(messages, opts) produces, byte for byte, what jinja2 produces
 -- from the model's chat_template.jinja under Hugging Face transformers
 -- (trim_blocks, lstrip_blocks, loopcontrols, tojson = json.dumps with
