@@ -12,14 +12,7 @@ local header = read_file("core/glm53.h")
 local cdef = gen.cdef_from_header(header)
 local abi_version = gen.abi_version_from_header(header)
 local CDEF_PATH = "lua/glm53/ffi/cdef.lua"
-
--- Output (stdout and stderr) and exit status of a shell command.
-local function run(cmd)
-    local p = io.popen(cmd .. " 2>&1; echo \"rc=$?\"")
-    local out = p:read("*a")
-    p:close()
-    return out, tonumber(out:match("rc=(%d+)%s*$"))
-end
+local run = h.run
 
 -- {struct name -> {field names}} and {enum constant names} parsed from the cdef text.
 local function parse_cdef(text)

@@ -5,12 +5,7 @@ local cjson = require("cjson")
 local file = require("glm53.util.file")
 local h = require("spec_helpers")
 
-local function run(cmd)
-    local p = io.popen(cmd .. " 2>&1; echo \"rc=$?\"")
-    local out = p:read("*a")
-    p:close()
-    return out, tonumber(out:match("rc=(%d+)%s*$"))
-end
+local run = h.run
 
 describe("scripts/mtp_depth.lua", function()
     local dir

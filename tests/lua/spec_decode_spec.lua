@@ -357,12 +357,7 @@ describe("checkpoints without an MTP layer", function()
 end)
 
 describe("scripts/generate.lua", function()
-    local function run_script(cmd)
-        local p = io.popen("luajit scripts/generate.lua " .. cmd .. " 2>&1; echo \"rc=$?\"")
-        local out = p:read("*a")
-        p:close()
-        return out, tonumber(out:match("rc=(%d+)%s*$"))
-    end
+    local function run_script(cmd) return h.run("luajit scripts/generate.lua " .. cmd) end
 
     it("--spec-k on a checkpoint without MTP fails with the reason", function()
         local out, rc = run_script("--model tests/fixtures/tiny-f32 --tokens 1,2,3 --max-tokens 4 --spec-k 2")

@@ -99,6 +99,14 @@ function M.derive_checkpoint(src_dir, out_dir, keep, vocab)
     return out_dir
 end
 
+-- The output (stdout and stderr together) and the exit status of a shell command.
+function M.run(cmd)
+    local p = io.popen(cmd .. " 2>&1; echo \"rc=$?\"")
+    local out = p:read("*a")
+    p:close()
+    return out, tonumber(out:match("rc=(%d+)%s*$"))
+end
+
 -- A fresh temporary directory.
 function M.tmpdir()
     local dir = os.tmpname()
