@@ -8,7 +8,8 @@ glm53.generation.driver - the generation driver: token generation over one or mo
     assert(d:run())                     -- rounds until every stream is done
     print(table.concat(s.generated, " "), driver.summary(s.stats).mean_acceptance_length)
 
-One round, for every active stream (docs/mtp.md has the whole story):
+One round, for every active stream (with k = 0 only steps 2 and 3 run, over one row per stream; docs/mtp.md
+has the whole story):
   1. Draft. MTP layer 0 first processes the positions the target verified last round, with the target's
      final hidden states (row p pairs h_p with the token x_{p+1}); its last row predicts draft 1. Draft d+1 comes
      from one more MTP row that consumes draft d and the MTP output hidden of the row before it (post
