@@ -1,6 +1,6 @@
 -- glm53: LuaJIT package + C/CUDA engine for GLM-5.3-Flash. `luarocks make glm53-scm-1.rockspec` builds
 -- libglm53 with CMake (the CUDA backend too when nvcc is found) and installs the library next to the
--- Lua C modules, where lua/glm53/core.lua finds it through package.cpath.
+-- Lua C modules, where lua/glm53/ffi/core.lua finds it through package.cpath.
 rockspec_format = "3.0"
 package = "glm53"
 version = "scm-1"

@@ -14,7 +14,7 @@ local script = arg and arg[0] or "scripts/bench.lua"
 local dir = script:match("^(.*)/[^/]*$") or "."
 package.path = dir .. "/../lua/?.lua;" .. dir .. "/../lua/?/init.lua;" .. package.path
 
-local cli = require("glm53.cli")
+local cli = require("glm53.util.cli")
 local args = cli.parse(arg, {
     usage = "luajit scripts/bench.lua --model DIR [options]",
     options = {
@@ -30,9 +30,9 @@ local args = cli.parse(arg, {
 })
 
 local ffi = require("ffi")
-local model = require("glm53.model")
-local checkpoint = require("glm53.checkpoint")
-local clock = require("glm53.clock")
+local model = require("glm53.engine.model")
+local checkpoint = require("glm53.engine.checkpoint")
+local clock = require("glm53.util.clock")
 
 -- Bytes one decode token reads, and the active parameter count (for the prefill FLOP floor).
 local function step_floor(dir_path, cfg)

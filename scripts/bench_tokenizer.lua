@@ -17,8 +17,10 @@ package.path = root .. "/lua/?.lua;" .. root .. "/lua/?/init.lua;" .. package.pa
 
 local cjson = require("cjson")
 local ffi = require("ffi")
-local tokenizer = require("glm53.tokenizer")
-local core = require("glm53.core")
+local tokenizer = require("glm53.engine.tokenizer")
+local core = require("glm53.ffi.core")
+local clock = require("glm53.util.clock")
+local file = require("glm53.util.file")
 
 local opts = { tokenizer = root .. "/.cache/tokenizers/qwen3.json", corpus = root .. "/.cache/bench/tokenizer_corpus.txt",
                ["repeat"] = 3, threads = 0 }
@@ -34,19 +36,7 @@ while i <= #arg do
     i = i + 2
 end
 
-local clock = ffi.new("struct { int64_t tv_sec; int64_t tv_nsec; }")
-ffi.cdef("int clock_gettime(int clk_id, void *tp);")
-local function now()
-    ffi.C.clock_gettime(1, clock)   -- CLOCK_MONOTONIC
-    return tonumber(clock.tv_sec) + tonumber(clock.tv_nsec) * 1e-9
-end
-
-local function read(path)
-    local f = assert(io.open(path, "rb"))
-    local s = f:read("*a")
-    f:close()
-    return s
-end
+local function read(path) return assert(file.read_file(path)) end
 
 ---------------------------------------------------------------------------------------------------------------
 -- The corpus: documents of 1-8 KB stitched from blocks (60% English prose, 40% strings of the test corpus),
@@ -81,13 +71,10 @@ local function make_corpus(path)
         total = total + size
     end
     os.execute("mkdir -p '" .. path:match("^(.*)/[^/]*$") .. "'")
-    local f = assert(io.open(path, "wb"))
-    f:write(table.concat(docs, "\30"))
-    f:close()
+    assert(file.write_file(path, table.concat(docs, "\30")))
 end
 
-local f = io.open(opts.corpus, "rb")
-if f then f:close() else make_corpus(opts.corpus) end
+if not file.exists(opts.corpus) then make_corpus(opts.corpus) end
 local docs = {}
 for d in (read(opts.corpus) .. "\30"):gmatch("(.-)\30") do docs[#docs + 1] = d end
 local bytes = 0
@@ -96,19 +83,19 @@ for _, d in ipairs(docs) do bytes = bytes + #d end
 ---------------------------------------------------------------------------------------------------------------
 -- The benchmark
 ---------------------------------------------------------------------------------------------------------------
-local t0 = now()
+local t0 = clock.now()
 local tok = assert(tokenizer.load(opts.tokenizer))
-local load_s = now() - t0
+local load_s = clock.now() - t0
 
 local best, n_tokens = math.huge, 0
 for _ = 1, opts["repeat"] do
     local count = 0
-    t0 = now()
+    t0 = clock.now()
     for k = 1, #docs do
         local _, n = tok:encode_buffer(docs[k])
         count = count + n
     end
-    local dt = now() - t0
+    local dt = clock.now() - t0
     if dt < best then best = dt end
     n_tokens = count
 end
@@ -127,10 +114,10 @@ if opts.threads > 1 then
     local ids, offsets = ffi.new("int32_t[?]", cap), ffi.new("int64_t[?]", #docs + 1)
     best = math.huge
     for _ = 1, opts["repeat"] do
-        t0 = now()
+        t0 = clock.now()
         assert(core.check(C.glm53_tokenizer_encode_batch(tok:cdata(), texts, lens, #docs, 0, opts.threads, ids, cap,
                                                          offsets)))
-        local dt = now() - t0
+        local dt = clock.now() - t0
         if dt < best then best = dt end
     end
     print(("%-22s %8s %10d %8.3f %8.2f"):format(("glm53 batch, %d threads"):format(opts.threads), "",

@@ -11,7 +11,7 @@ local script = arg and arg[0] or "scripts/demo.lua"
 local dir = script:match("^(.*)/[^/]*$") or "."
 package.path = dir .. "/../lua/?.lua;" .. dir .. "/../lua/?/init.lua;" .. package.path
 
-local cli = require("glm53.cli")
+local cli = require("glm53.util.cli")
 local args = cli.parse(arg, {
     usage = "luajit scripts/demo.lua [--model DIR] [--prompt TEXT] [--max-tokens N] [--device cpu|cuda]",
     options = {
@@ -23,10 +23,10 @@ local args = cli.parse(arg, {
     },
 })
 
-local model = require("glm53.model")
-local tokenizer = require("glm53.tokenizer")
-local chat = require("glm53.chat")
-local clock = require("glm53.clock")
+local model = require("glm53.engine.model")
+local tokenizer = require("glm53.engine.tokenizer")
+local chat = require("glm53.chat.template")
+local clock = require("glm53.util.clock")
 
 local function die(msg)
     io.stderr:write("demo: ", msg, "\n")

@@ -24,7 +24,7 @@ local script = arg and arg[0] or "scripts/generate.lua"
 local dir = script:match("^(.*)/[^/]*$") or "."
 package.path = dir .. "/../lua/?.lua;" .. dir .. "/../lua/?/init.lua;" .. package.path
 
-local cli = require("glm53.cli")
+local cli = require("glm53.util.cli")
 local args = cli.parse(arg, {
     usage = "luajit scripts/generate.lua --model DIR --tokens 1,2,3 --max-tokens N [options]",
     options = {
@@ -53,9 +53,9 @@ local args = cli.parse(arg, {
 })
 
 local cjson = require("cjson")
-local model = require("glm53.model")
-local spec = require("glm53.spec")
-local clock = require("glm53.clock")
+local model = require("glm53.engine.model")
+local generation = require("glm53.generation.driver")
+local clock = require("glm53.util.clock")
 
 local function die(msg)
     io.stderr:write("generate.lua: ", msg, "\n")
@@ -89,7 +89,7 @@ if args.policy then
         popts[k] = v
     end
     if args.tokenizer then
-        local tokenizer = require("glm53.tokenizer")
+        local tokenizer = require("glm53.engine.tokenizer")
         local tok, tok_err = tokenizer.load(args.tokenizer)
         if not tok then die("--tokenizer: " .. tok_err) end
         popts.tokenizer = tok
@@ -104,12 +104,12 @@ local sampling = {
     min_p = args.min_p, repetition_penalty = args.repetition_penalty, presence_penalty = args.presence_penalty,
     frequency_penalty = args.frequency_penalty, seed = args.seed, candidates = args.candidates,
 }
-local ok, driver, spec_err = pcall(spec.new, m, {
+local ok, driver, driver_err = pcall(generation.new, m, {
     k = args.spec_k, sampling = sampling, policy = policy,
-    draft = args.draft_threshold and spec.draft_threshold(args.draft_threshold) or nil,
+    draft = args.draft_threshold and generation.draft_threshold(args.draft_threshold) or nil,
 })
-if not ok then die(driver) end          -- a bad option (argument errors raise)
-if not driver then die(spec_err) end    -- e.g. --spec-k on a checkpoint without an MTP layer
+if not ok then die(driver) end            -- a bad option (argument errors raise)
+if not driver then die(driver_err) end    -- e.g. --spec-k on a checkpoint without an MTP layer
 
 local ids, stats, finish = {}, nil, "length"
 local t0, t_first, t_end = clock.now(), nil, nil
@@ -153,7 +153,7 @@ else
     local line = string.format("prefill %d tokens: %.1f tok/s; decode %d tokens: %.1f tok/s; finish: %s",
                                #prompt, prefill_tok_s, decode_tokens, decode_tok_s, finish or "length")
     if args.spec_k > 0 and stats then
-        local sm = spec.summary(stats)
+        local sm = generation.summary(stats)
         line = line .. string.format("; spec k=%d: %d drafts, acceptance %.3f, %.2f tokens/step", args.spec_k,
                                      stats.spec_decode_num_drafts, sm.acceptance_rate, sm.tokens_per_target_step)
     end

@@ -12,13 +12,13 @@ relied on by tests and by the CUDA check; keep it.
 Images and videos: --image PATH (repeatable) and --video PATH (repeatable; one animated GIF, or frame files
 joined by commas, with --fps for their frame rate) fill the image-token placeholders of IN.npy, which must
 already be expanded (as transformers' processor writes input_ids): placeholders outside a video span take the
-images in order, those inside take the videos in order (glm53.vision.fill; docs/vision.md).
+images in order, those inside take the videos in order (glm53.engine.vision.fill; docs/vision.md).
 ]]
 local script = arg and arg[0] or "scripts/logits.lua"
 package.path = (script:match("^(.*)/[^/]*$") or ".") .. "/../lua/?.lua;" ..
                (script:match("^(.*)/[^/]*$") or ".") .. "/../lua/?/init.lua;" .. package.path
 
-local cli = require("glm53.cli")
+local cli = require("glm53.util.cli")
 local args = cli.parse(arg, {
     usage = "luajit scripts/logits.lua --model DIR --tokens IN.npy --out OUT.npy [options]",
     options = {
@@ -37,8 +37,8 @@ local args = cli.parse(arg, {
 })
 
 local ffi = require("ffi")
-local npy = require("glm53.npy")
-local model = require("glm53.model")
+local npy = require("glm53.util.npy")
+local model = require("glm53.engine.model")
 
 local function die(msg)
     io.stderr:write("logits.lua: ", msg, "\n")
@@ -59,10 +59,10 @@ local seq = assert(m:seq({ max_tokens = T }))
 local step = args.mode == "prefill" and T or args.mode == "decode" and 1 or args.chunk
 if step < 1 then die("--chunk must be >= 1") end
 
--- Image and video rows (glm53.vision): embeddings for the placeholder positions of ids.
+-- Image and video rows (glm53.engine.vision): embeddings for the placeholder positions of ids.
 local media
 if #args.image > 0 or #args.video > 0 then
-    local vision = require("glm53.vision")
+    local vision = require("glm53.engine.vision")
     local images, videos = {}, {}
     for i, p in ipairs(args.image) do
         local item, verr = vision.image(p)

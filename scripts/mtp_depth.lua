@@ -13,7 +13,7 @@ warm-up; the repetitions of all configurations interleave so that drift in machi
 
 Modes: greedy (temperature 0) and sample (temperature 0.8, top-p 0.9, top-k 20; the seed changes per
 repetition). Draft policies: fixed (always K drafts) and threshold:P (stop a round's drafting at the first
-draft less likely than P; spec.draft_threshold).
+draft less likely than P; glm53.generation.driver.draft_threshold).
 
 Prints a table, and writes --out DIR/report.html (the table, and inline SVG plots of acceptance vs position
 and speed-up vs K with 95% intervals) and DIR/report.json (every number). Speed-up of a configuration = for
@@ -25,7 +25,7 @@ local script = arg and arg[0] or "scripts/mtp_depth.lua"
 local dir = script:match("^(.*)/[^/]*$") or "."
 package.path = dir .. "/../lua/?.lua;" .. dir .. "/../lua/?/init.lua;" .. package.path
 
-local cli = require("glm53.cli")
+local cli = require("glm53.util.cli")
 local args = cli.parse(arg, {
     usage = "luajit scripts/mtp_depth.lua --model DIR [--k 0,1,2,4,8] [--modes greedy,sample] [--out DIR] [...]",
     options = {
@@ -47,9 +47,13 @@ local args = cli.parse(arg, {
 })
 
 local cjson = require("cjson")
-local model = require("glm53.model")
-local spec = require("glm53.spec")
-local clock = require("glm53.clock")
+local model = require("glm53.engine.model")
+local generation = require("glm53.generation.driver")
+local clock = require("glm53.util.clock")
+local file = require("glm53.util.file")
+local stats = require("glm53.report.stats")
+local svg = require("glm53.report.svg")
+local html = require("glm53.report.html")
 
 local function die(msg)
     io.stderr:write("mtp_depth.lua: ", msg, "\n")
@@ -84,7 +88,7 @@ local drafts = {}
 for _, name in ipairs(split(args.draft)) do
     local t = name:match("^threshold:([%d%.eE%-]+)$")
     if name ~= "fixed" and not tonumber(t or "") then die("--draft: '" .. name .. "' is not fixed or threshold:P") end
-    drafts[#drafts + 1] = { name = name, policy = t and spec.draft_threshold(tonumber(t)) or nil }
+    drafts[#drafts + 1] = { name = name, policy = t and generation.draft_threshold(tonumber(t)) or nil }
 end
 if args.reps < 2 then die("--reps must be >= 2 (the speed-up interval needs repetitions)") end
 
@@ -96,7 +100,7 @@ local prompts = {}
 if args.prompts then
     local tok
     if args.tokenizer then
-        local ok, tokenizer = pcall(require, "glm53.tokenizer")
+        local ok, tokenizer = pcall(require, "glm53.engine.tokenizer")
         if not ok then die("--tokenizer: the tokenizer module is not available (" .. tostring(tokenizer) .. ")") end
         tok, err = tokenizer.load(args.tokenizer)
         if not tok then die("--tokenizer: " .. err) end
@@ -132,8 +136,8 @@ if #prompts == 0 then die("no prompts") end
 local function run_once(mode, draft, k, rep)
     local sampling = {}
     for key, v in pairs(MODES[mode]) do sampling[key] = v end
-    local d, spec_err = spec.new(m, { k = k, sampling = sampling, draft = draft.policy, max_seqs = #prompts })
-    if not d then die(spec_err) end
+    local d, driver_err = generation.new(m, { k = k, sampling = sampling, draft = draft.policy, max_seqs = #prompts })
+    if not d then die(driver_err) end
     local t0 = clock.now()
     for i, ids in ipairs(prompts) do
         local s, add_err = d:add(ids, { max_new = args.max_new, seed = rep * 1000 + i })
@@ -170,19 +174,9 @@ run_once(modes[1], drafts[1], k_max, 0)   -- warm-up: page in the weights, grow 
 local t_start = clock.now()
 for rep = 1, args.reps do
     for _, c in ipairs(configs) do
-        local seconds, stats = run_once(c.mode, c.draft, c.k, rep)
+        local seconds, run_stats = run_once(c.mode, c.draft, c.k, rep)
         c.times[rep] = seconds
-        if c.stats then
-            for key, v in pairs(stats) do
-                if type(v) == "table" then
-                    for i = 1, #v do c.stats[key][i] = c.stats[key][i] + v[i] end
-                else
-                    c.stats[key] = c.stats[key] + v
-                end
-            end
-        else
-            c.stats = stats
-        end
+        if c.stats then generation.add_stats(c.stats, run_stats) else c.stats = run_stats end
         done = done + 1
         local elapsed = clock.now() - t_start
         io.stderr:write(string.format("[%d/%d] %-6s %-14s K=%d rep %d/%d  %.3f s   eta %.0f s   %s", done,
@@ -192,29 +186,14 @@ for rep = 1, args.reps do
 end
 if progress_end == "\r" then io.stderr:write("\n") end
 
--- Student t quantiles (two-sided 95%) for small degrees of freedom; 1.96 beyond.
-local T95 = { 12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
-              2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
-              2.045, 2.042 }
-local function mean_ci(xs)
-    local n, sum = #xs, 0
-    for _, x in ipairs(xs) do sum = sum + x end
-    local mean, var = sum / n, 0
-    for _, x in ipairs(xs) do var = var + (x - mean) ^ 2 end
-    local half = (T95[n - 1] or 1.96) * math.sqrt(var / (n - 1) / n)
-    return mean, mean - half, mean + half
-end
-
 local baseline = {}
 for _, c in ipairs(configs) do if c.k == 0 then baseline[c.mode] = c end end
 for _, c in ipairs(configs) do
     local ratios = {}
     for rep = 1, args.reps do ratios[rep] = baseline[c.mode].times[rep] / c.times[rep] end
-    c.speedup, c.speedup_lo, c.speedup_hi = mean_ci(ratios)
-    c.summary = spec.summary(c.stats)
-    local seconds = 0
-    for _, t in ipairs(c.times) do seconds = seconds + t end
-    c.tok_s = c.stats.tokens / seconds
+    c.speedup, c.speedup_lo, c.speedup_hi = stats.mean_ci(ratios)
+    c.summary = generation.summary(c.stats)
+    c.tok_s = c.stats.tokens / stats.sum(c.times)
 end
 
 ---------------------------------------------------------------------------------------------------------------
@@ -253,87 +232,8 @@ print(line(header))
 for _, row in ipairs(rows) do print(line(row)) end
 
 ---------------------------------------------------------------------------------------------------------------
--- SVG plots and the HTML report
+-- The HTML report: the table and two plots
 ---------------------------------------------------------------------------------------------------------------
-local COLORS = { "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
-                 "#17becf" }
-
-local function esc(s) return (tostring(s):gsub("&", "&amp;"):gsub("<", "&lt;"):gsub(">", "&gt;")) end
-
--- About five round tick values covering [lo, hi].
-local function ticks(lo, hi)
-    local span = hi - lo
-    if span <= 0 then span = math.abs(hi) > 0 and math.abs(hi) or 1 end
-    local step = 10 ^ math.floor(math.log10(span / 5))
-    for _, f in ipairs({ 1, 2, 5, 10 }) do if span / (step * f) <= 6 then step = step * f break end end
-    local out = {}
-    for i = math.floor(lo / step + 1e-9), math.ceil(hi / step - 1e-9) do out[#out + 1] = i * step end
-    return out, step
-end
-
--- series: { {name =, points = { {x =, y =, lo =, hi =}, ... }} }; error bars where lo/hi are given.
-local function svg_plot(title, xlabel, ylabel, series, y_floor)
-    local W, L, R, T, B = 760, 60, 230, 36, 48
-    local H = math.max(380, T + 16 * #series + 24)   -- tall enough for the legend
-    local xmin, xmax, ymin, ymax = math.huge, -math.huge, y_floor or math.huge, -math.huge
-    for _, s in ipairs(series) do
-        for _, p in ipairs(s.points) do
-            xmin, xmax = math.min(xmin, p.x), math.max(xmax, p.x)
-            ymin, ymax = math.min(ymin, p.lo or p.y), math.max(ymax, p.hi or p.y)
-        end
-    end
-    if xmin == math.huge then xmin, xmax, ymin, ymax = 0, 1, 0, 1 end
-    if xmax == xmin then xmax = xmin + 1 end
-    local yt, ystep = ticks(ymin, ymax)
-    ymin, ymax = math.min(ymin, yt[1]), math.max(ymax, yt[#yt])
-    if ymax == ymin then ymax = ymin + ystep end
-    local decimals = math.max(0, math.ceil(-math.log10(ystep) - 1e-9))
-    local function px(x) return L + (x - xmin) / (xmax - xmin) * (W - L - R) end
-    local function py(y) return H - B - (y - ymin) / (ymax - ymin) * (H - T - B) end
-    local out = { string.format('<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" ' ..
-                                'font-family="sans-serif" font-size="12">', W, H, W, H),
-                  string.format('<text x="%d" y="20" font-size="14" font-weight="bold">%s</text>', L, esc(title)) }
-    for _, v in ipairs(yt) do
-        out[#out + 1] = string.format('<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#ddd"/>', L, py(v),
-                                      W - R, py(v))
-        out[#out + 1] = string.format('<text x="%.1f" y="%.1f" text-anchor="end">%s</text>', L - 6, py(v) + 4,
-                                      string.format("%." .. string.format("%d", decimals) .. "f", v))
-    end
-    for x = math.ceil(xmin), math.floor(xmax) do
-        out[#out + 1] = string.format('<text x="%.1f" y="%.1f" text-anchor="middle">%d</text>', px(x), H - B + 16, x)
-    end
-    out[#out + 1] = string.format('<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="#000"/>', L, H - B, W - R, H - B)
-    out[#out + 1] = string.format('<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="#000"/>', L, T, L, H - B)
-    out[#out + 1] = string.format('<text x="%.1f" y="%d" text-anchor="middle">%s</text>', (L + W - R) / 2, H - 10,
-                                  esc(xlabel))
-    out[#out + 1] = string.format('<text x="14" y="%.1f" text-anchor="middle" transform="rotate(-90 14 %.1f)">%s</text>',
-                                  (T + H - B) / 2, (T + H - B) / 2, esc(ylabel))
-    for i, s in ipairs(series) do
-        local color = COLORS[(i - 1) % #COLORS + 1]
-        local pts = {}
-        for _, p in ipairs(s.points) do
-            pts[#pts + 1] = string.format("%.1f,%.1f", px(p.x), py(p.y))
-            if p.lo then
-                out[#out + 1] = string.format('<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s"/>', px(p.x),
-                                              py(p.lo), px(p.x), py(p.hi), color)
-                for _, v in ipairs({ p.lo, p.hi }) do
-                    out[#out + 1] = string.format('<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s"/>',
-                                                  px(p.x) - 4, py(v), px(p.x) + 4, py(v), color)
-                end
-            end
-            out[#out + 1] = string.format('<circle cx="%.1f" cy="%.1f" r="3" fill="%s"/>', px(p.x), py(p.y), color)
-        end
-        out[#out + 1] = string.format('<polyline points="%s" fill="none" stroke="%s" stroke-width="1.5"/>',
-                                      table.concat(pts, " "), color)
-        local ly = T + 8 + (i - 1) * 16
-        out[#out + 1] = string.format('<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="2"/>',
-                                      W - R + 12, ly, W - R + 30, ly, color)
-        out[#out + 1] = string.format('<text x="%d" y="%d">%s</text>', W - R + 36, ly + 4, esc(s.name))
-    end
-    out[#out + 1] = "</svg>"
-    return table.concat(out, "\n")
-end
-
 local acc_series, speed_series = {}, {}
 for _, c in ipairs(configs) do
     if c.k > 0 then
@@ -354,35 +254,26 @@ for _, mode in ipairs(modes) do
     end
 end
 
-local html = { "<!DOCTYPE html>", "<html><head><meta charset=\"utf-8\"><title>MTP depth sweep</title>",
-               "<style>body{font-family:sans-serif;margin:2em;max-width:1100px} table{border-collapse:collapse}" ..
-               " td,th{border:1px solid #ccc;padding:3px 7px;text-align:right} th{background:#f4f4f4}</style>",
-               "</head><body>", "<h1>MTP depth sweep</h1>",
-               string.format("<p>model <code>%s</code>; %d prompts, %d new tokens each; %d repetitions after a " ..
-                             "warm-up; threads %d; device %s. Speed-up = wall time of K = 0 / wall time, per " ..
-                             "repetition; mean and t-based 95%% interval. Acceptance at position i = accepted at " ..
-                             "i / drafts (vLLM).</p>", esc(args.model), #prompts, args.max_new, args.reps,
-                             args.threads, args.device),
-               "<p>command: <code>luajit " .. esc(script .. " " .. table.concat(arg, " ")) .. "</code></p>",
-               "<table><tr>" }
-for _, h in ipairs(header) do html[#html + 1] = "<th>" .. esc(h) .. "</th>" end
-html[#html + 1] = "</tr>"
-for _, row in ipairs(rows) do
-    local cells = {}
-    for i, cell in ipairs(row) do cells[i] = "<td>" .. esc(cell) .. "</td>" end
-    html[#html + 1] = "<tr>" .. table.concat(cells) .. "</tr>"
-end
-html[#html + 1] = "</table>"
-html[#html + 1] = "<h2>Acceptance vs draft position</h2>"
-html[#html + 1] = svg_plot("acceptance rate per position", "draft position", "accepted / drafts", acc_series, 0)
-html[#html + 1] = "<h2>Speed-up vs K</h2>"
-html[#html + 1] = svg_plot("wall-clock speed-up over K = 0 (95% CI)", "K (drafts per step)", "speed-up", speed_series)
-html[#html + 1] = "</body></html>"
+local esc = html.escape
+local page = html.page("MTP depth sweep", {
+    "<h1>MTP depth sweep</h1>",
+    string.format("<p>model <code>%s</code>; %d prompts, %d new tokens each; %d repetitions after a " ..
+                  "warm-up; threads %d; device %s. Speed-up = wall time of K = 0 / wall time, per " ..
+                  "repetition; mean and t-based 95%% interval. Acceptance at position i = accepted at " ..
+                  "i / drafts (vLLM).</p>", esc(args.model), #prompts, args.max_new, args.reps,
+                  args.threads, args.device),
+    "<p>command: <code>luajit " .. esc(script .. " " .. table.concat(arg, " ")) .. "</code></p>",
+    html.table(header, rows),
+    "<h2>Acceptance vs draft position</h2>",
+    svg.plot({ title = "acceptance rate per position", xlabel = "draft position", ylabel = "accepted / drafts",
+               series = acc_series, y_floor = 0 }),
+    "<h2>Speed-up vs K</h2>",
+    svg.plot({ title = "wall-clock speed-up over K = 0 (95% CI)", xlabel = "K (drafts per step)",
+               ylabel = "speed-up", series = speed_series }),
+})
 
 os.execute("mkdir -p '" .. args.out:gsub("'", "'\\''") .. "'")
-local f = assert(io.open(args.out .. "/report.html", "w"))
-f:write(table.concat(html, "\n"), "\n")
-f:close()
+assert(file.write_file(args.out .. "/report.html", page .. "\n"))
 
 local json_rows = {}
 for _, c in ipairs(configs) do
@@ -391,8 +282,7 @@ for _, c in ipairs(configs) do
         speedup_ci = { c.speedup_lo, c.speedup_hi }, tok_s = c.tok_s, stats = c.stats, summary = c.summary,
     }
 end
-f = assert(io.open(args.out .. "/report.json", "w"))
-f:write(cjson.encode({ model = args.model, prompts = #prompts, max_new = args.max_new, reps = args.reps,
-                       header = header, rows = rows, configs = json_rows }), "\n")
-f:close()
+assert(file.write_file(args.out .. "/report.json",
+                       cjson.encode({ model = args.model, prompts = #prompts, max_new = args.max_new,
+                                      reps = args.reps, header = header, rows = rows, configs = json_rows }) .. "\n"))
 io.stderr:write("wrote " .. args.out .. "/report.html and report.json\n")

@@ -17,8 +17,9 @@ local here = arg[0]:match("^(.*)/scripts/[^/]*$") or "."
 package.path = here .. "/lua/?.lua;" .. here .. "/lua/?/init.lua;" .. package.path
 
 local cjson = require("cjson")
-local base64 = require("glm53.base64")
-local tokenizer = require("glm53.tokenizer")
+local base64 = require("glm53.util.base64")
+local tokenizer = require("glm53.engine.tokenizer")
+local file = require("glm53.util.file")
 
 local function fail(msg)
     io.stderr:write("tokenize.lua: ", msg, "\n")
@@ -45,10 +46,8 @@ if not (opts.tokenizer and opts.input and opts.out) then
 end
 
 local function read(path)
-    local f, err = io.open(path, "rb")
-    if not f then fail(err) end
-    local s = f:read("*a")
-    f:close()
+    local s, err = file.read_file(path)
+    if not s then fail(err) end
     return s
 end
 
@@ -83,7 +82,5 @@ for k, item in ipairs(input) do
 end
 tok:free()
 
-local f, ferr = io.open(opts.out, "wb")
-if not f then fail(ferr) end
-f:write("[", table.concat(out, ","), "]\n")
-f:close()
+local written, werr = file.write_file(opts.out, "[" .. table.concat(out, ",") .. "]\n")
+if not written then fail(werr) end

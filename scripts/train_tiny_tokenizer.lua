@@ -16,9 +16,12 @@ ASCII-only splitter is exact), count adjacent pairs over the pieces weighted by 
 frequent (ties: the smaller left id, then the smaller right id; a pair whose concatenation is already a token
 is skipped), repeat 512 times. Deterministic: the committed file is reproduced byte for byte.
 ]]
-local cjson = require("cjson")
-
 local root = arg[0]:match("^(.*)/scripts/[^/]*$") or "."
+package.path = root .. "/lua/?.lua;" .. root .. "/lua/?/init.lua;" .. package.path
+
+local cjson = require("cjson")
+local file = require("glm53.util.file")
+
 local text_path = arg[1] or root .. "/scripts/data/tiny_tokenizer_train.txt"
 local out_path = arg[2] or root .. "/models/tiny/tokenizer.json"
 local N_MERGES = 512
@@ -35,9 +38,7 @@ local N_SPECIAL = 18
 local SPLIT = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|" ..
               "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 
-local f = assert(io.open(text_path, "rb"))
-local text = f:read("*a")
-f:close()
+local text = assert(file.read_file(text_path))
 assert(not text:find("[\128-\255]"), "the training text must be ASCII (the splitter below is exact for ASCII only)")
 
 ---------------------------------------------------------------------------------------------------------------
@@ -183,8 +184,6 @@ for m, p in ipairs(merges) do
 end
 w('    ]\n  }\n}\n')
 
-local o = assert(io.open(out_path, "wb"))
-o:write(table.concat(out))
-o:close()
+assert(file.write_file(out_path, table.concat(out)))
 io.stderr:write(("train_tiny_tokenizer.lua: %d base tokens + %d added -> %s\n"):format(256 + N_MERGES, #ADDED,
                                                                                       out_path))

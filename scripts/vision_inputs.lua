@@ -16,7 +16,7 @@ local script = arg and arg[0] or "scripts/vision_inputs.lua"
 package.path = (script:match("^(.*)/[^/]*$") or ".") .. "/../lua/?.lua;" ..
                (script:match("^(.*)/[^/]*$") or ".") .. "/../lua/?/init.lua;" .. package.path
 
-local cli = require("glm53.cli")
+local cli = require("glm53.util.cli")
 local args = cli.parse(arg, {
     usage = "luajit scripts/vision_inputs.lua (--image PATH | --video PATH ...) --out PIXELS.npy --grid GRID.npy",
     options = {
@@ -31,8 +31,8 @@ local args = cli.parse(arg, {
     },
 })
 
-local npy = require("glm53.npy")
-local vision = require("glm53.vision")
+local npy = require("glm53.util.npy")
+local vision = require("glm53.engine.vision")
 
 local function die(msg)
     io.stderr:write("vision_inputs.lua: ", msg, "\n")

@@ -4,16 +4,48 @@ glm53 - LuaJIT package for the glm53 inference engine (GLM-5.3-Flash).
     local glm53 = require("glm53")
     local ckpt = assert(glm53.checkpoint.open("models/tiny"))
     ckpt:print_tensors()
+    print(glm53.version())
 
-Submodules load on first use: glm53.checkpoint, glm53.model, glm53.tokenizer, glm53.chat, ...
+Modules load on first use. The short names stand for these modules:
+
+    glm53.model       glm53.engine.model        Model and Batch: load a checkpoint, run batched steps
+    glm53.seq         glm53.engine.seq          sequences (per-sequence caches)
+    glm53.sampler     glm53.engine.sampler      the C sampler and Lua sampling policies
+    glm53.tokenizer   glm53.engine.tokenizer    the C tokenizer and the incremental detokeniser
+    glm53.vision      glm53.engine.vision       images and videos: preprocessing, the tower, placement
+    glm53.checkpoint  glm53.engine.checkpoint   read-only access to checkpoint tensors
+    glm53.generation  glm53.generation.driver   the generation driver (plain and MTP speculative decoding)
+    glm53.chat        glm53.chat.template       the GLM-5.3 chat template
+    glm53.json        glm53.chat.json           order-preserving, Python-compatible JSON
+    glm53.npy         glm53.util.npy            NumPy .npy files
+    glm53.cli         glm53.util.cli            the scripts' argument parser
+
+Any other name n is looked up as the module "glm53.n" (a sub-package with an init.lua), and is nil when there
+is none. The rest is reached by its full name: glm53.ffi.*, glm53.chat.parsers, glm53.chat.pycompat,
+glm53.util.*, glm53.report.*.
 ]]
+local ALIASES = {
+    model = "glm53.engine.model",
+    seq = "glm53.engine.seq",
+    sampler = "glm53.engine.sampler",
+    tokenizer = "glm53.engine.tokenizer",
+    vision = "glm53.engine.vision",
+    checkpoint = "glm53.engine.checkpoint",
+    generation = "glm53.generation.driver",
+    chat = "glm53.chat.template",
+    json = "glm53.chat.json",
+    npy = "glm53.util.npy",
+    cli = "glm53.util.cli",
+}
+
 local glm53 = {}
 
 setmetatable(glm53, {
     __index = function(t, name)
-        local ok, mod = pcall(require, "glm53." .. name)
+        local module = ALIASES[name] or "glm53." .. name
+        local ok, mod = pcall(require, module)
         if not ok then
-            if tostring(mod):find("module 'glm53." .. name .. "' not found", 1, true) then return nil end
+            if tostring(mod):find("module '" .. module .. "' not found", 1, true) then return nil end
             error(mod, 2)
         end
         rawset(t, name, mod)
@@ -22,7 +54,7 @@ setmetatable(glm53, {
 })
 
 function glm53.version()
-    local core = require("glm53.core")
+    local core = require("glm53.ffi.core")
     return core.ffi.string(core.C.glm53_version())
 end
 

@@ -10,7 +10,7 @@ The state is three strings, so trying a candidate copies nothing.
     luajit scripts/generate.lua --model models/tiny --tokens 1,2 --policy json --tokenizer models/tiny/tokenizer.json
 opts: tokenizer (required: an object with :piece(id) and :is_special(id)).
 ]]
-local sampler = require("glm53.sampler")
+local sampler = require("glm53.engine.sampler")
 
 local WS = { [" "] = true, ["\t"] = true, ["\n"] = true, ["\r"] = true }
 local LITERAL = { t = "rue", f = "alse", n = "ull" }     -- what must follow the first letter

@@ -8,7 +8,7 @@ surprise (under the renormalised set) and tau. mu starts at 2 tau. One policy ob
     luajit scripts/generate.lua ... --policy mirostat_v2 --policy-opt tau=3 --policy-opt eta=0.1
 opts: tau (default 5), eta (default 0.1).
 ]]
-local sampler = require("glm53.sampler")
+local sampler = require("glm53.engine.sampler")
 
 local LN2 = math.log(2)
 

@@ -8,7 +8,7 @@ finish reason). Probabilities are the candidate set's, so they depend on tempera
     luajit scripts/generate.lua ... --policy stop_confidence --policy-opt threshold=0.3
 opts: threshold (default 0.2), min_tokens (default 1).
 ]]
-local sampler = require("glm53.sampler")
+local sampler = require("glm53.engine.sampler")
 
 return function(opts)
     local threshold, min_tokens = tonumber(opts.threshold or 0.2), tonumber(opts.min_tokens or 1)

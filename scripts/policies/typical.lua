@@ -9,7 +9,7 @@ sampler's option) for it to stand for the whole distribution.
     luajit scripts/generate.lua ... --policy typical --policy-opt mass=0.9
 opts: mass (default 0.95).
 ]]
-local sampler = require("glm53.sampler")
+local sampler = require("glm53.engine.sampler")
 
 return function(opts)
     local mass = tonumber(opts.mass or 0.95)

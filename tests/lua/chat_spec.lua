@@ -1,14 +1,12 @@
 -- The Lua renderer against jinja2's renderings of the GLM-5.3 template
 -- (tests/chat/make_refs.py wrote the references).
 
-local json = require("glm53.json")
-local chat = require("glm53.chat")
+local json = require("glm53.chat.json")
+local file = require("glm53.util.file")
+local chat = require("glm53.chat.template")
 
 local function read_json(path)
-    local f = assert(io.open(path, "rb"))
-    local text = f:read("*a")
-    f:close()
-    return assert(json.decode(text, { exact = true }))
+    return assert(json.decode(assert(file.read_file(path)), { exact = true }))
 end
 
 -- The options of a conversation as chat.render takes them.

@@ -1,15 +1,12 @@
 -- Test helper: the committed golden fixtures (tests/fixtures/<name>/ with config.json, tokens.npy,
 -- logits.npy), and the comparisons every logits check uses. GLM53_FIXTURES may point at another directory of
 -- the same layout.
-local json = require("glm53.json")
+local json = require("glm53.chat.json")
+local file = require("glm53.util.file")
 
 local M = {}
 
-local function exists(path)
-    local f = io.open(path, "rb")
-    if f then f:close() return true end
-    return false
-end
+local exists = file.exists
 
 function M.root()
     return os.getenv("GLM53_FIXTURES") or "tests/fixtures"
@@ -33,10 +30,8 @@ end
 
 -- A JSON file decoded, or nil when the file does not exist (malformed JSON raises).
 function M.read_json(path)
-    local f = io.open(path, "rb")
-    if not f then return nil end
-    local text = f:read("*a")
-    f:close()
+    local text = file.read_file(path)
+    if not text then return nil end
     return assert(json.decode(text))
 end
 

@@ -4,8 +4,8 @@
 -- The references are float64 logits from transformers' Glm5NextForConditionalGeneration
 -- (tests/fixtures/make_fixtures.py, run on the GPU machine).
 local ffi = require("ffi")
-local npy = require("glm53.npy")
-local model = require("glm53.model")
+local npy = require("glm53.util.npy")
+local model = require("glm53.engine.model")
 local fixtures = require("fixtures")
 local device = require("device")
 

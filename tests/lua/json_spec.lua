@@ -1,7 +1,7 @@
--- glm53.json: order preservation, Python json.dumps output, strict decoding
+-- glm53.chat.json: order preservation, Python json.dumps output, strict decoding
 -- with positioned errors.
 
-local json = require("glm53.json")
+local json = require("glm53.chat.json")
 
 local function roundtrip(text, opts)
     local v, err = json.decode(text, opts)

@@ -2,15 +2,14 @@
 -- FP8 block-scaled, unsharded), tensors exported by transformers after from_pretrained (FP8: dequantised by
 -- torch) equal what glm53's loader returns for the same checkpoint names, element for element.
 local cjson = require("cjson")
-local npy = require("glm53.npy")
-local checkpoint = require("glm53.checkpoint")
+local npy = require("glm53.util.npy")
+local checkpoint = require("glm53.engine.checkpoint")
+local file = require("glm53.util.file")
 local fixtures = require("fixtures")
 
 local function read_json(path)
-    local f = io.open(path, "rb")
-    if not f then return nil end
-    local s = f:read("*a")
-    f:close()
+    local s = file.read_file(path)
+    if not s then return nil end
     return cjson.decode(s)
 end
 

@@ -4,8 +4,8 @@
 -- so that no routing, pool or argmax choice is within BF16 noise at any position run here, and CUDA's batched and
 -- single runs (which round differently) can only differ by rounding, not by a flipped choice.
 local ffi = require("ffi")
-local npy = require("glm53.npy")
-local model = require("glm53.model")
+local npy = require("glm53.util.npy")
+local model = require("glm53.engine.model")
 local fixtures = require("fixtures")
 local device = require("device")
 

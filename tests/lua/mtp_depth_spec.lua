@@ -2,21 +2,10 @@
 -- the HTML holds the table (the same numbers the script printed and wrote to report.json) and two inline SVG
 -- plots; a checkpoint without MTP layers is refused.
 local cjson = require("cjson")
+local file = require("glm53.util.file")
 local h = require("spec_helpers")
 
-local function read_all(path)
-    local f = assert(io.open(path, "rb"))
-    local s = f:read("*a")
-    f:close()
-    return s
-end
-
-local function run(cmd)
-    local p = io.popen(cmd .. " 2>&1; echo \"rc=$?\"")
-    local out = p:read("*a")
-    p:close()
-    return out, tonumber(out:match("rc=(%d+)%s*$"))
-end
+local run = h.run
 
 describe("scripts/mtp_depth.lua", function()
     local dir
@@ -29,9 +18,9 @@ describe("scripts/mtp_depth.lua", function()
                             "--out " .. dir)
         assert.are.equal(0, rc, out)
         assert.matches("%[20/20%] sample", out)                       -- progress: 10 configurations x 2 reps
-        local report = cjson.decode(read_all(dir .. "/report.json"))
+        local report = cjson.decode((assert(file.read_file(dir .. "/report.json"))))
         assert.are.equal(10, #report.rows)                 -- per mode: K=0, and K=1,3 x 2 draft policies
-        local html = read_all(dir .. "/report.html")
+        local html = assert(file.read_file(dir .. "/report.html"))
         local svgs = 0
         for svg in html:gmatch("<svg.-</svg>") do
             svgs = svgs + 1

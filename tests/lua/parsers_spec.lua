@@ -2,14 +2,12 @@
 -- tests/chat/outputs.json, and streaming == non-streaming for every way of
 -- splitting the text.
 
-local json = require("glm53.json")
-local parsers = require("glm53.parsers")
+local json = require("glm53.chat.json")
+local file = require("glm53.util.file")
+local parsers = require("glm53.chat.parsers")
 
 local function read_json(path)
-    local f = assert(io.open(path, "rb"))
-    local text = f:read("*a")
-    f:close()
-    return assert(json.decode(text, { exact = true }))
+    return assert(json.decode(assert(file.read_file(path)), { exact = true }))
 end
 
 local corpus = read_json("tests/chat/outputs.json")
@@ -222,7 +220,7 @@ describe("parsers.stream", function()
 end)
 
 describe("Python behaviours the parsers rely on", function()
-    local py = require("glm53.pycompat")
+    local py = require("glm53.chat.pycompat")
 
     it("evaluates Python literals as ast.literal_eval does", function()
         local cases = {
@@ -274,10 +272,8 @@ end)
 -- libglm53 (built) and the bundled tiny tokenizer.
 describe("parsers over the incremental detokeniser", function()
     local TOKENIZER = "models/tiny/tokenizer.json"
-    local ok_mod, tokenizer = pcall(require, "glm53.tokenizer")
-    local file = io.open(TOKENIZER, "rb")
-    if file then file:close() end
-    local tok = ok_mod and file and tokenizer.load(TOKENIZER)
+    local ok_mod, tokenizer = pcall(require, "glm53.engine.tokenizer")
+    local tok = ok_mod and file.exists(TOKENIZER) and tokenizer.load(TOKENIZER)
     if not tok then
         pending("needs libglm53 and " .. TOKENIZER)
         return

@@ -1,7 +1,7 @@
--- glm53.sampler (the FFI wrapper and the policy hook) and the example policies in scripts/policies/.
+-- glm53.engine.sampler (the FFI wrapper and the policy hook) and the example policies in scripts/policies/.
 -- The filters themselves are checked against a double-precision reference in tests/c/test_sampling.c.
 local ffi = require("ffi")
-local sampler = require("glm53.sampler")
+local sampler = require("glm53.engine.sampler")
 
 local V = 37
 
@@ -11,7 +11,7 @@ local function row(values)
     return r
 end
 
-describe("glm53.sampler", function()
+describe("glm53.engine.sampler", function()
     it("raises on argument errors", function()
         assert.has_error(function() sampler.new(0) end)
         assert.has_error(function() sampler.new(V, { nosuch = 1 }) end)

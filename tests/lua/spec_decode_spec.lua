@@ -4,8 +4,8 @@
 --
 -- Exactness rests on the CPU backend being batch-invariant: a verification step over K + 1 rows gives each row
 -- the logits a single-row step would, bit for bit; the first test checks that directly.
-local model = require("glm53.model")
-local spec = require("glm53.spec")
+local model = require("glm53.engine.model")
+local spec = require("glm53.generation.driver")
 local h = require("spec_helpers")
 
 local N_NEW = 200
@@ -300,7 +300,7 @@ describe("policies through the verifier", function()
     local m, tok
     setup(function()
         m = assert(model.load("models/tiny", { threads = 1 }))
-        tok = require("glm53.tokenizer").load("models/tiny/tokenizer.json")
+        tok = require("glm53.engine.tokenizer").load("models/tiny/tokenizer.json")
     end)
     teardown(function() m:free() end)
 
@@ -357,12 +357,7 @@ describe("checkpoints without an MTP layer", function()
 end)
 
 describe("scripts/generate.lua", function()
-    local function run_script(cmd)
-        local p = io.popen("luajit scripts/generate.lua " .. cmd .. " 2>&1; echo \"rc=$?\"")
-        local out = p:read("*a")
-        p:close()
-        return out, tonumber(out:match("rc=(%d+)%s*$"))
-    end
+    local function run_script(cmd) return h.run("luajit scripts/generate.lua " .. cmd) end
 
     it("--spec-k on a checkpoint without MTP fails with the reason", function()
         local out, rc = run_script("--model tests/fixtures/tiny-f32 --tokens 1,2,3 --max-tokens 4 --spec-k 2")

@@ -1,6 +1,7 @@
 -- Test helpers for the sampling and speculative-decoding specs: plain greedy references, a smaller checkpoint
 -- derived from a fixture, and the chi-square distribution.
 local cjson = require("cjson")
+local file = require("glm53.util.file")
 
 local M = {}
 
@@ -30,19 +31,6 @@ function M.first_diff(a, b)
     return nil
 end
 
-local function read_all(path)
-    local f = assert(io.open(path, "rb"))
-    local s = f:read("*a")
-    f:close()
-    return s
-end
-
-local function write_all(path, s)
-    local f = assert(io.open(path, "wb"))
-    f:write(s)
-    f:close()
-end
-
 local function u64le(n)
     local b = {}
     for i = 1, 8 do b[i] = string.char(n % 256) n = math.floor(n / 256) end
@@ -54,9 +42,9 @@ end
 -- lm_head rows). The weights are the fixture's own; the config is rewritten to match. Same on-disk format,
 -- same conventions, fewer and smaller tensors: a faster model for statistical tests.
 function M.derive_checkpoint(src_dir, out_dir, keep, vocab)
-    local config = cjson.decode(read_all(src_dir .. "/config.json"))
+    local config = cjson.decode((assert(file.read_file(src_dir .. "/config.json"))))
     local text = config.text_config
-    local raw = read_all(src_dir .. "/model.safetensors")
+    local raw = assert(file.read_file(src_dir .. "/model.safetensors"))
     local n = 0
     for i = 8, 1, -1 do n = n * 256 + raw:byte(i) end
     local header = cjson.decode(raw:sub(9, 8 + n))
@@ -94,7 +82,7 @@ function M.derive_checkpoint(src_dir, out_dir, keep, vocab)
     local json = cjson.encode(out_header)
     json = json .. string.rep(" ", (8 - #json % 8) % 8)
     os.execute("mkdir -p '" .. out_dir .. "'")
-    write_all(out_dir .. "/model.safetensors", u64le(#json) .. json .. table.concat(chunks))
+    assert(file.write_file(out_dir .. "/model.safetensors", u64le(#json) .. json .. table.concat(chunks)))
 
     local function pick(list)
         local out = {}
@@ -107,8 +95,16 @@ function M.derive_checkpoint(src_dir, out_dir, keep, vocab)
     if text.indexer_types then text.indexer_types = pick(text.indexer_types) end
     text.vocab_size = vocab
     text.pad_token_id = cjson.null
-    write_all(out_dir .. "/config.json", cjson.encode(config))
+    assert(file.write_file(out_dir .. "/config.json", cjson.encode(config)))
     return out_dir
+end
+
+-- The output (stdout and stderr together) and the exit status of a shell command.
+function M.run(cmd)
+    local p = io.popen(cmd .. " 2>&1; echo \"rc=$?\"")
+    local out = p:read("*a")
+    p:close()
+    return out, tonumber(out:match("rc=(%d+)%s*$"))
 end
 
 -- A fresh temporary directory.

@@ -12,9 +12,9 @@
 -- p3(x3|x1,x2), enumerated over the kept tokens (at most 20 + 400 target steps). Plain sampling through the
 -- driver (K = 0) is tested against it too. Tests: Pearson chi-square on the joint (cells expected under 5 pooled)
 -- and on each position's marginal; a variant fails when any of its four p-values is below 1e-3.
-local model = require("glm53.model")
-local spec = require("glm53.spec")
-local sampler = require("glm53.sampler")
+local model = require("glm53.engine.model")
+local spec = require("glm53.generation.driver")
+local sampler = require("glm53.engine.sampler")
 local h = require("spec_helpers")
 
 local SAMPLING = { temperature = 0.8, top_p = 0.9, top_k = 20 }

@@ -6,24 +6,15 @@
 -- API's error conventions and the scripts/tokenize.lua contract.
 
 local cjson = require("cjson")
-local tokenizer = require("glm53.tokenizer")
+local tokenizer = require("glm53.engine.tokenizer")
+local file = require("glm53.util.file")
 
 local REFS = os.getenv("GLM53_TOKENIZER_REFS") or "tests/tokenizer/refs"
 local TOKDIR = ".cache/tokenizers"
 local TINY = "models/tiny/tokenizer.json"
 
-local function read(path)
-    local f = assert(io.open(path, "rb"))
-    local s = f:read("*a")
-    f:close()
-    return s
-end
-
-local function exists(path)
-    local f = io.open(path, "rb")
-    if f then f:close() end
-    return f ~= nil
-end
+local function read(path) return (assert(file.read_file(path))) end
+local exists = file.exists
 
 -- os.execute success under both Lua 5.1 (0) and 5.2 (true) conventions.
 local function run_ok(cmd)
@@ -40,7 +31,7 @@ local function command_output(cmd)
     return s
 end
 
-local b64decode = require("glm53.base64").decode
+local b64decode = require("glm53.util.base64").decode
 
 -- The corpus as raw bytes, and as the text HF is given (invalid UTF-8 repaired).
 local CORPUS_PATH = "tests/tokenizer/corpus.json"
@@ -226,9 +217,7 @@ describe("tokenizer: tiktoken rank files", function()
                 lines[#lines + 1] = b64(assert(json_tok:piece(id))) .. " " .. id
             end
         end
-        local f = assert(io.open(path, "wb"))
-        f:write(table.concat(lines, "\n"), "\n")
-        f:close()
+        assert(file.write_file(path, table.concat(lines, "\n") .. "\n"))
         json_tok:free()
         local tok = assert(tokenizer.load_tiktoken(path, { special = special }))
         local r = refs("llama3")
@@ -337,9 +326,7 @@ describe("tokenizer: added-token options", function()
             added(806, "tok", { single_word = true }), added(807, "<both>", { lstrip = true, rstrip = true }),
             added(808, "zz", { normalized = true }) }
         local path = os.tmpname()
-        local f = io.open(path, "wb")
-        f:write(cjson.encode(doc))
-        f:close()
+        assert(file.write_file(path, cjson.encode(doc)))
         local tok = assert(tokenizer.load(path))
         os.remove(path)
         local cases = {
@@ -438,9 +425,7 @@ describe("tokenizer: API conventions", function()
         assert.is_nil(tok)
         assert.matches("GLM53_ERR_IO", err)
         local bad = os.tmpname()
-        local f = io.open(bad, "wb")
-        f:write('{"model": {"type": "WordPiece", "vocab": {}}}')
-        f:close()
+        assert(file.write_file(bad, '{"model": {"type": "WordPiece", "vocab": {}}}'))
         tok, err = tokenizer.load(bad)
         os.remove(bad)
         assert.is_nil(tok)
@@ -478,18 +463,15 @@ describe("scripts/tokenize.lua", function()
         local tok = assert(tokenizer.load(TINY))
         local input, ids_path, text_path = os.tmpname(), os.tmpname(), os.tmpname()
         local strings = { "Hello, world!", "<|user|>hi<|assistant|>", "", "tab\tnew\nline" }
-        local f = io.open(input, "wb")
-        f:write(cjson.encode({ strings[1], strings[2], strings[3], strings[4], { b64 = "YWLvYw==" } }))
-        f:close()
+        assert(file.write_file(input, cjson.encode({ strings[1], strings[2], strings[3], strings[4],
+                                                     { b64 = "YWLvYw==" } })))
         local cmd = "luajit scripts/tokenize.lua --tokenizer " .. TINY .. " --input " .. input .. " --out " .. ids_path
         assert.is_true(run_ok(cmd))
         local got = cjson.decode(read(ids_path))
         for k, s in ipairs(strings) do assert.are.same(assert(tok:encode(s)), got[k]) end
         assert.are.same(assert(tok:encode("ab\239c")), got[5])
         assert.are.equal("[]", read(ids_path):match("^%[%[[^%]]*%],%[[^%]]*%],(%[%])"))
-        f = io.open(input, "wb")
-        f:write(read(ids_path))
-        f:close()
+        assert(file.write_file(input, read(ids_path)))
         assert.is_true(run_ok("luajit scripts/tokenize.lua --tokenizer " .. TINY .. " --input " .. input ..
                               " --out " .. text_path .. " --decode"))
         local texts = cjson.decode(read(text_path))

@@ -14,10 +14,10 @@
 --      the placeholders of --tokens.
 -- Without the fixture folder every test here fails with a message saying how to make it.
 local ffi = require("ffi")
-local npy = require("glm53.npy")
-local model = require("glm53.model")
-local vision = require("glm53.vision")
-local tokenizer = require("glm53.tokenizer")
+local npy = require("glm53.util.npy")
+local model = require("glm53.engine.model")
+local vision = require("glm53.engine.vision")
+local tokenizer = require("glm53.engine.tokenizer")
 local device = require("device")
 local fixtures = require("fixtures")
 

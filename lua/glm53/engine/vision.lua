@@ -1,8 +1,8 @@
 --[[
-glm53.vision - images and videos for GLM-5.3-Flash: preprocessing (core/image.c), the vision tower
+glm53.engine.vision - images and videos for GLM-5.3-Flash: preprocessing (core/image.c), the vision tower
 (glm53_model_encode_vision) and placing its embedding rows at the prompt's placeholder tokens.
 
-    local vision = require("glm53.vision")
+    local vision = require("glm53.engine.vision")
     local img = assert(vision.image("cat.png"))              -- a path, a data: URL, or {base64 = ...} / {bytes = ...}
     -- img = { kind = "image", pixels = float[n_patches * 1176], n_patches, grid = {t, h, w}, n_tokens }
     local vid = assert(vision.video({ "f0.png", "f1.png", "f2.png" }, { fps = 4 }))   -- or vision.video("a.gif")
@@ -14,7 +14,7 @@ glm53.vision - images and videos for GLM-5.3-Flash: preprocessing (core/image.c)
     local p = assert(vision.prompt(m, tok, prompt_text, { img, vid }))
     batch:add_embedded(seq, p.ids, p.n, p.embeddings, p.use, "last")
 
-    -- OpenAI messages with image_url / video_url parts, through glm53.chat:
+    -- OpenAI messages with image_url / video_url parts, through glm53.chat.template:
     local p = assert(vision.chat(m, tok, messages, { reasoning_effort = "low" }))
 
 Sources: a file path ("file://" allowed), a data URL ("data:image/png;base64,..."), or a table {base64 = s} or
@@ -24,8 +24,9 @@ videos also fps (source frame rate: required for frame lists, a GIF's own by def
 max_frames (2048). Argument errors raise; runtime failures (unreadable file, corrupt image, model without a
 vision tower) return nil, err.
 ]]
-local base64 = require("glm53.base64")
-local core = require("glm53.core")
+local base64 = require("glm53.util.base64")
+local core = require("glm53.ffi.core")
+local file = require("glm53.util.file")
 local ffi, C = core.ffi, core.C
 
 local M = {}
@@ -36,23 +37,15 @@ M.IMAGE_TOKEN, M.VIDEO_TOKEN = "<|image|>", "<|video|>"
 ---------------------------------------------------------------------------------------------------------------
 -- Sources
 ---------------------------------------------------------------------------------------------------------------
--- Standard or URL-safe base64 -> bytes, or nil, err (glm53.base64).
+-- Standard or URL-safe base64 -> bytes, or nil, err (glm53.util.base64).
 M.base64_decode = base64.decode
-
-local function read_file(path)
-    local f, err = io.open(path, "rb")
-    if not f then return nil, err end
-    local data = f:read("*a")
-    f:close()
-    return data
-end
 
 -- The encoded bytes of a source, or nil, err.
 function M.load_bytes(src)
     if type(src) == "table" then
         if type(src.bytes) == "string" then return src.bytes end
         if type(src.base64) == "string" then return M.base64_decode(src.base64) end
-        if type(src.path) == "string" then return read_file(src.path) end
+        if type(src.path) == "string" then return file.read_file(src.path) end
         error("vision: a source table needs bytes, base64 or path", 3)
     end
     if type(src) ~= "string" then error("vision: a source is a path, a data URL or a table, got " .. type(src), 3) end
@@ -68,9 +61,7 @@ function M.load_bytes(src)
         return nil, "remote URLs are not fetched (" .. src:sub(1, 60) .. "); pass a file path, a data URL or base64"
     end
     if src:sub(1, 7) == "file://" then src = src:sub(8) end
-    local data, err = read_file(src)
-    if not data then return nil, err end
-    return data
+    return file.read_file(src)
 end
 
 ---------------------------------------------------------------------------------------------------------------
@@ -143,7 +134,7 @@ end
 -- The tower
 ---------------------------------------------------------------------------------------------------------------
 local function model_handle(m)
-    if type(m) ~= "table" or m._h == nil then error("vision: expected a loaded glm53.model", 3) end
+    if type(m) ~= "table" or m._h == nil then error("vision: expected a loaded glm53.engine.model", 3) end
     return m._h
 end
 
@@ -339,9 +330,9 @@ end
 -- opts go to chat.render (tools, reasoning_effort, ...) and to the preprocessing (max_tokens, fps, ...).
 function M.chat(m, tok, messages, opts)
     opts = opts or {}
-    local chat = require("glm53.chat")
+    local chat = require("glm53.chat.template")
     if type(messages) == "string" then
-        local json = require("glm53.json")
+        local json = require("glm53.chat.json")
         local v, err = json.decode(messages, { exact = true })
         if v == nil then return nil, "messages: " .. err end
         messages = v

@@ -1,7 +1,7 @@
 --[[
-glm53.sampler - the C sampler (core/sampling.c) from LuaJIT, and the hook for sampling policies written in Lua.
+glm53.engine.sampler - the C sampler (core/sampling.c) from LuaJIT, and the hook for sampling policies written in Lua.
 
-    local sampler = require("glm53.sampler")
+    local sampler = require("glm53.engine.sampler")
     local s = sampler.new(model.vocab_size, { temperature = 0.8, top_p = 0.9, top_k = 20, seed = 1 })
     s:add_prompt(prompt_ids)                     -- for the repetition penalty
     local id = assert(s:sample(batch:logits(0)))  -- draw from the filtered distribution
@@ -25,7 +25,7 @@ sampler:pick(logits, policy, ctx) runs candidates and the policy in one call.
 Argument errors raise; runtime failures (a NaN logit, no memory) return nil, err. Buffers are per sampler and
 reused: cand and the default probs buffer are valid until the next call on the same sampler.
 ]]
-local core = require("glm53.core")
+local core = require("glm53.ffi.core")
 local ffi, C = core.ffi, core.C
 
 local M = {}

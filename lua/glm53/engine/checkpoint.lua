@@ -1,7 +1,7 @@
 --[[
-glm53.checkpoint - read-only access to a checkpoint (config.json + safetensors, sharded or not).
+glm53.engine.checkpoint - read-only access to a checkpoint (config.json + safetensors, sharded or not).
 
-    local checkpoint = require("glm53.checkpoint")
+    local checkpoint = require("glm53.engine.checkpoint")
     local ckpt = assert(checkpoint.open("models/tiny"))
     for _, info in ipairs(ckpt:list()) do print(info.name, info.dtype, table.concat(info.shape, "x")) end
     local values = ckpt:read("lm_head.weight")              -- Lua table of numbers (FP8 dequantised)
@@ -11,7 +11,7 @@ glm53.checkpoint - read-only access to a checkpoint (config.json + safetensors, 
 
 Argument errors raise; runtime failures (missing tensor, bad file) return nil, err.
 ]]
-local core = require("glm53.core")
+local core = require("glm53.ffi.core")
 local ffi, C = core.ffi, core.C
 
 local Checkpoint = {}

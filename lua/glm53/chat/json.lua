@@ -1,5 +1,10 @@
--- glm53.json: JSON decode/encode that keeps object key order and writes what
+-- glm53.chat.json: JSON decode/encode that keeps object key order and writes what
 -- Python's json.dumps writes.
+--
+--   local json = require("glm53.chat.json")
+--   local v = assert(json.decode('{"b": 1.0, "a": [1, 2]}', { exact = true }))
+--   json.encode(v)                                          -- '{"b": 1.0, "a": [1, 2]}'
+--   json.encode(json.ordered{ "z", 1, "a", json.array{} })  -- '{"z": 1, "a": []}'
 --
 -- Why not lua-cjson alone: chat templates serialise tool schemas and tool-call
 -- arguments with Python's json.dumps, in the order the caller gave the keys, and

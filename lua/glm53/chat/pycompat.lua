@@ -1,5 +1,9 @@
--- glm53.pycompat: the few Python behaviours that the chat template (rendered
--- by jinja2) and vLLM's output parsers rely on, over glm53.json values.
+-- glm53.chat.pycompat: the few Python behaviours that the chat template (rendered
+-- by jinja2) and vLLM's output parsers rely on, over glm53.chat.json values.
+--
+--   local py = require("glm53.chat.pycompat")
+--   py.str(json.decode("[true, null, 1.5]"))     -- "[True, None, 1.5]"
+--   py.literal_eval("{'a': (1, 2), 'b': None}")  -- an object {a = [1, 2], b = json.null}
 --
 --   truthy(v)        Python truthiness (nil stands for jinja's Undefined)
 --   str(v), repr(v)  str() and repr() of JSON-shaped values
@@ -15,7 +19,7 @@
 -- trace cache and run slower than interpreted, so this module stays interpreted.
 if jit then jit.off(true, true) end
 
-local json = require("glm53.json")
+local json = require("glm53.chat.json")
 
 local byte, char, find, format, sub = string.byte, string.char, string.find, string.format, string.sub
 local concat = table.concat

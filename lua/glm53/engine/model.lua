@@ -1,7 +1,7 @@
 --[[
-glm53.model - load a model, make sequences (caches), run batched steps.
+glm53.engine.model - load a model, make sequences (caches), run batched steps.
 
-    local model = require("glm53.model")
+    local model = require("glm53.engine.model")
     local m = assert(model.load("models/tiny", { device = "cpu", threads = 2 }))
     local seq = assert(m:seq({ max_tokens = 512 }))
     local batch = m:batch({ rows = 512 })             -- reusable buffers; make once, reuse every step
@@ -15,15 +15,14 @@ A batch may hold several sequences (each at most once per step). `batch:add(seq,
 logits of every row of that sequence. Output rows are numbered in the order they were added.
 Argument errors raise; runtime failures (cache full, token out of range, backend error) return nil, err.
 ]]
-local core = require("glm53.core")
+local core = require("glm53.ffi.core")
+local sequence = require("glm53.engine.seq")
 local ffi, C = core.ffi, core.C
 
 local M = {}
 
 local Model = {}
 Model.__index = Model
-local Seq = {}
-Seq.__index = Seq
 local Batch = {}
 Batch.__index = Batch
 
@@ -77,58 +76,9 @@ function Model:argmax(ptr, n)
     return tonumber(C.glm53_argmax_f32(ptr, n or self.vocab_size))
 end
 
--- opts: max_tokens (default 4096), max_rollback (default 16).
+-- A new sequence (glm53.engine.seq). opts: max_tokens (default 4096), max_rollback (default 16).
 function Model:seq(opts)
-    opts = opts or {}
-    local p = C.glm53_seq_default_params()
-    if opts.max_tokens ~= nil then p.max_tokens = opts.max_tokens end
-    if opts.max_rollback ~= nil then p.max_rollback = opts.max_rollback end
-    local out = ffi.new("glm53_seq *[1]")
-    local ok, err = core.check(C.glm53_seq_create(model_handle(self), p, out))
-    if not ok then return nil, err end
-    return setmetatable({ _h = ffi.gc(out[0], C.glm53_seq_free), model = self }, Seq)
-end
-
-local function seq_handle(self)
-    if self._h == nil then error("seq: used after free()", 3) end
-    return self._h
-end
-
-function Seq:length() return tonumber(C.glm53_seq_length(seq_handle(self))) end
-function Seq:capacity() return tonumber(C.glm53_seq_capacity(seq_handle(self))) end
-function Seq:cache_bytes() return tonumber(C.glm53_seq_cache_bytes(seq_handle(self))) end
-
--- A new sequence sharing the first n tokens (default: all) of this one.
-function Seq:fork(n)
-    local out = ffi.new("glm53_seq *[1]")
-    local ok, err = core.check(C.glm53_seq_fork(seq_handle(self), n or self:length(), out))
-    if not ok then return nil, err end
-    return setmetatable({ _h = ffi.gc(out[0], C.glm53_seq_free), model = self.model }, Seq)
-end
-
-function Seq:truncate(n)
-    if type(n) ~= "number" then error("seq:truncate: n must be a number", 2) end
-    return core.check(C.glm53_seq_truncate(seq_handle(self), n))
-end
-
--- Positions the cache of MTP layer `layer` (0-based) holds; nil if the model has no such layer.
-function Seq:mtp_length(layer)
-    local n = tonumber(C.glm53_seq_mtp_length(seq_handle(self), layer))
-    if n < 0 then return nil end
-    return n
-end
-
--- Drops the positions after n from the cache of MTP layer `layer` (speculative drafts of a finished round).
-function Seq:mtp_truncate(layer, n)
-    if type(layer) ~= "number" or type(n) ~= "number" then error("seq:mtp_truncate: layer and n must be numbers", 2) end
-    return core.check(C.glm53_seq_mtp_truncate(seq_handle(self), layer, n))
-end
-
-function Seq:free()
-    if self._h ~= nil then
-        C.glm53_seq_free(ffi.gc(self._h, nil))
-        self._h = nil
-    end
+    return sequence.create(self, model_handle(self), opts)
 end
 
 -- opts: rows (row capacity, default 4096), seqs (default 64), outputs (output row capacity, default = seqs),
@@ -162,7 +112,7 @@ end
 -- Appends rows for seq: tokens is a Lua array of ids, or a cdata int32_t* with count n. outputs: "last"
 -- (default) or "all" rows of this sequence produce logits.
 function Batch:add(seq, tokens, outputs, n)
-    if getmetatable(seq) ~= Seq then error("batch:add: seq must be a sequence", 2) end
+    if not sequence.is_seq(seq) then error("batch:add: seq must be a sequence", 2) end
     local count = type(tokens) == "table" and #tokens or n
     if type(count) ~= "number" or count < 1 then error("batch:add: need at least one token", 2) end
     if self.n_seqs >= self.cap_seqs then error("batch:add: batch holds at most " .. self.cap_seqs .. " sequences", 2) end
@@ -177,7 +127,7 @@ function Batch:add(seq, tokens, outputs, n)
         ffi.copy(self.tokens + base, tokens, count * 4)
     end
     for i = 0, count - 1 do self.want[base + i] = (all or i == count - 1) and 1 or 0 end
-    self.seq_ptrs[self.n_seqs] = seq_handle(seq)
+    self.seq_ptrs[self.n_seqs] = sequence.handle(seq)
     self.n_rows[self.n_seqs] = count
     self.n_seqs = self.n_seqs + 1
     self.seq_objs[self.n_seqs] = seq
@@ -186,7 +136,7 @@ function Batch:add(seq, tokens, outputs, n)
 end
 
 -- Like add, with embedding rows: embeddings is a float* [n, hidden] and use a uint8_t* [n]; row i takes
--- embeddings[i] instead of the embedding of tokens[i] where use[i] ~= 0 (image and video rows: glm53.vision
+-- embeddings[i] instead of the embedding of tokens[i] where use[i] ~= 0 (image and video rows: glm53.engine.vision
 -- builds both). tokens, embeddings and use may be offset pointers into longer buffers (chunked prefill).
 function Batch:add_embedded(seq, tokens, n, embeddings, use, outputs)
     if type(n) ~= "number" or n < 1 then error("batch:add_embedded: need at least one row", 2) end

@@ -1,7 +1,7 @@
 --[[
-glm53.tokenizer - the C tokenizer (core/tokenizer.c) from LuaJIT, and an incremental detokeniser.
+glm53.engine.tokenizer - the C tokenizer (core/tokenizer.c) from LuaJIT, and an incremental detokeniser.
 
-    local tokenizer = require("glm53.tokenizer")
+    local tokenizer = require("glm53.engine.tokenizer")
     local tok = assert(tokenizer.load("models/tiny/tokenizer.json"))   -- or a tiktoken file
     local ids = tok:encode("[gMASK]<sop><|user|>hi")                   -- { 770, 772, ... }
     print(tok:decode(ids, { skip_special_tokens = true }))              -- "hi"
@@ -27,7 +27,7 @@ Streaming (tok:stream) gives exactly what decode gives for the same ids, in piec
   - stop strings may span tokens: text that could be the start of a stop string is held until it is not;
     when one appears, push returns the text before it and stopped = true (and the stop string as a third value).
 ]]
-local core = require("glm53.core")
+local core = require("glm53.ffi.core")
 local ffi, C = core.ffi, core.C
 local byte, sub = string.byte, string.sub
 

@@ -1,7 +1,7 @@
 --[[
-glm53.cli - the small argument parser the scripts share.
+glm53.util.cli - the small argument parser the scripts share.
 
-    local cli = require("glm53.cli")
+    local cli = require("glm53.util.cli")
     local args = cli.parse(arg, {
         usage = "luajit scripts/logits.lua --model DIR --tokens IN.npy --out OUT.npy [options]",
         options = {

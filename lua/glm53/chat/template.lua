@@ -1,4 +1,9 @@
--- glm53.chat: the GLM-5.3 chat template, rendered natively.
+-- glm53.chat.template: the GLM-5.3 chat template, rendered natively.
+--
+--   local chat = require("glm53.chat.template")
+--   local prompt = assert(chat.render({ { role = "user", content = "hi" } }, { reasoning_effort = "low" }))
+--   -- [gMASK]<sop><|system|>Reasoning Effort: Low<|user|>hi<|assistant|><think>
+--   local r = chat.parse(model_output, tools)   -- glm53.chat.parsers.parse
 --
 -- chat.render(messages, opts) produces, byte for byte, what jinja2 produces
 -- from the model's chat_template.jinja under Hugging Face transformers
@@ -7,22 +12,22 @@
 -- "<|assistant|><think>".  docs/chat.md lists every template behaviour kept
 -- here; the references in tests/chat/ pin them.
 --
--- Values follow glm53.json's data model: decode request JSON with
+-- Values follow glm53.chat.json's data model: decode request JSON with
 -- json.decode(text, {exact = true}) to keep key order and Python number
 -- formatting, or pass messages / tools as JSON text and this module decodes
 -- them that way.  Where a message field is absent the template sees Undefined;
 -- here that is nil.
 --
--- The output side (reasoning and tool-call parsing) lives in glm53.parsers;
+-- The output side (reasoning and tool-call parsing) lives in glm53.chat.parsers;
 -- chat.parse and chat.stream are re-exported from there.
 
 -- The renderer is branchy, short-running code: traced, it fills LuaJIT's trace
 -- cache and runs slower than interpreted, so this module runs in the interpreter.
 if jit then jit.off(true, true) end
 
-local json = require("glm53.json")
-local py = require("glm53.pycompat")
-local parsers = require("glm53.parsers")
+local json = require("glm53.chat.json")
+local py = require("glm53.chat.pycompat")
+local parsers = require("glm53.chat.parsers")
 
 local concat, find, sub = table.concat, string.find, string.sub
 local truthy, str, eq = py.truthy, py.str, py.eq

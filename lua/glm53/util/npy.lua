@@ -1,13 +1,14 @@
 --[[
-glm53.npy - reads and writes NumPy .npy files (format 1.0/2.0/3.0, C order) through FFI buffers.
+glm53.util.npy - reads and writes NumPy .npy files (format 1.0/2.0/3.0, C order) through FFI buffers.
 
-    local npy = require("glm53.npy")
+    local npy = require("glm53.util.npy")
     local arr = assert(npy.read("tokens.npy"))   -- {dtype = "<i4", shape = {T}, data = int32_t[T], n = T}
     npy.write("out.npy", "<f4", {T, V}, float_ptr)
 
 Supported dtypes: <f4, <f8, <i4, <i8, |u1. Runtime failures return nil, err.
 ]]
 local ffi = require("ffi")
+local file = require("glm53.util.file")
 
 local M = {}
 
@@ -26,10 +27,8 @@ end
 
 function M.read(path)
     if type(path) ~= "string" then error("npy.read: path must be a string", 2) end
-    local f, err = io.open(path, "rb")
-    if not f then return nil, err end
-    local data = f:read("*a")
-    f:close()
+    local data, err = file.read_file(path)
+    if not data then return nil, err end
     if data:sub(1, 6) ~= "\147NUMPY" then return nil, path .. ": not a .npy file" end
     local major = data:byte(7)
     local header_len, offset

@@ -1,7 +1,7 @@
 --[[
-glm53.base64 - base64 decoding (standard and URL-safe alphabets; whitespace ignored; padding optional).
+glm53.util.base64 - base64 decoding (standard and URL-safe alphabets; whitespace ignored; padding optional).
 
-    local base64 = require("glm53.base64")
+    local base64 = require("glm53.util.base64")
     local bytes, err = base64.decode("aGVsbG8=")     -- "hello"
 
 Used for image data URLs and for the tokenizer CLI's raw-byte inputs. Argument errors raise; malformed input

@@ -1,4 +1,11 @@
--- glm53.parsers: split GLM-5.3 output into reasoning, content and tool calls.
+-- glm53.chat.parsers: split GLM-5.3 output into reasoning, content and tool calls.
+--
+--   local parsers = require("glm53.chat.parsers")
+--   local r = parsers.parse("let me think</think>The answer is 4.", tools)
+--   -- r.reasoning = "let me think", r.content = "The answer is 4.", r.tool_calls = {...} when there are calls
+--   local p = parsers.stream(tools)
+--   for _, ev in ipairs(p:push(delta)) do ... end   -- {type = "reasoning" | "content", text = ...} or a call
+--   for _, ev in ipairs(p:finish()) do ... end
 --
 -- Reasoning follows vLLM's `glm45` reasoning parser (DeepSeekV3ReasoningWith-
 -- ThinkingParser, which delegates to the DeepSeek-R1 rules): the prompt ends
@@ -28,8 +35,8 @@
 -- concatenating the events always yields parse()'s result, however the text
 -- is split.
 
-local json = require("glm53.json")
-local py = require("glm53.pycompat")
+local json = require("glm53.chat.json")
+local py = require("glm53.chat.pycompat")
 
 local find, sub, byte = string.find, string.sub, string.byte
 local concat = table.concat

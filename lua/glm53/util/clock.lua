@@ -1,5 +1,10 @@
 --[[
-glm53.clock - a monotonic wall clock in seconds (clock_gettime(CLOCK_MONOTONIC)) for timings in scripts.
+glm53.util.clock - a monotonic wall clock in seconds (clock_gettime(CLOCK_MONOTONIC)) for timings in scripts.
+
+    local clock = require("glm53.util.clock")
+    local t0 = clock.now()
+    assert(m:step(batch))
+    print(string.format("step: %.3f ms", (clock.now() - t0) * 1e3))
 ]]
 local ffi = require("ffi")
 

@@ -1,0 +1,84 @@
+--[[
+glm53.engine.seq - a sequence: one token stream of a model and its caches (attention KV and linear-attention
+state of the target layers and of each MTP layer). Model:seq makes one; batches carry sequences to the steps.
+
+    local m = assert(require("glm53.engine.model").load("models/tiny"))
+    local seq = assert(m:seq({ max_tokens = 512, max_rollback = 4 }))
+    local batch = m:batch({ rows = 16 })
+    batch:add(seq, { 1, 2, 3, 4 })
+    assert(m:step(batch))
+    print(seq:length(), seq:capacity(), seq:cache_bytes())     -- 4  512  <bytes>
+    local other = assert(seq:fork(2))                           -- a new sequence sharing the first 2 positions
+    assert(seq:truncate(3))                                     -- back to the first 3 positions
+    other:free(); seq:free()                                    -- or leave them to the GC
+
+Argument errors raise; runtime failures (cache full, truncation beyond the rollback window) return nil, err.
+]]
+local core = require("glm53.ffi.core")
+local ffi, C = core.ffi, core.C
+
+local M = {}
+
+local Seq = {}
+Seq.__index = Seq
+
+-- A new sequence of model m (a glm53.engine.model Model) whose C handle is model_h; Model:seq calls this.
+-- opts: max_tokens (default 4096), max_rollback (default 16).
+function M.create(m, model_h, opts)
+    opts = opts or {}
+    local p = C.glm53_seq_default_params()
+    if opts.max_tokens ~= nil then p.max_tokens = opts.max_tokens end
+    if opts.max_rollback ~= nil then p.max_rollback = opts.max_rollback end
+    local out = ffi.new("glm53_seq *[1]")
+    local ok, err = core.check(C.glm53_seq_create(model_h, p, out))
+    if not ok then return nil, err end
+    return setmetatable({ _h = ffi.gc(out[0], C.glm53_seq_free), model = m }, Seq)
+end
+
+-- The C handle of sequence s; raises (at the level of the caller's caller) after free().
+local function seq_handle(s)
+    if s._h == nil then error("seq: used after free()", 3) end
+    return s._h
+end
+M.handle = seq_handle
+
+function M.is_seq(v) return getmetatable(v) == Seq end
+
+function Seq:length() return tonumber(C.glm53_seq_length(seq_handle(self))) end
+function Seq:capacity() return tonumber(C.glm53_seq_capacity(seq_handle(self))) end
+function Seq:cache_bytes() return tonumber(C.glm53_seq_cache_bytes(seq_handle(self))) end
+
+-- A new sequence sharing the first n tokens (default: all) of this one.
+function Seq:fork(n)
+    local out = ffi.new("glm53_seq *[1]")
+    local ok, err = core.check(C.glm53_seq_fork(seq_handle(self), n or self:length(), out))
+    if not ok then return nil, err end
+    return setmetatable({ _h = ffi.gc(out[0], C.glm53_seq_free), model = self.model }, Seq)
+end
+
+function Seq:truncate(n)
+    if type(n) ~= "number" then error("seq:truncate: n must be a number", 2) end
+    return core.check(C.glm53_seq_truncate(seq_handle(self), n))
+end
+
+-- Positions the cache of MTP layer `layer` (0-based) holds; nil if the model has no such layer.
+function Seq:mtp_length(layer)
+    local n = tonumber(C.glm53_seq_mtp_length(seq_handle(self), layer))
+    if n < 0 then return nil end
+    return n
+end
+
+-- Drops the positions after n from the cache of MTP layer `layer` (speculative drafts of a finished round).
+function Seq:mtp_truncate(layer, n)
+    if type(layer) ~= "number" or type(n) ~= "number" then error("seq:mtp_truncate: layer and n must be numbers", 2) end
+    return core.check(C.glm53_seq_mtp_truncate(seq_handle(self), layer, n))
+end
+
+function Seq:free()
+    if self._h ~= nil then
+        C.glm53_seq_free(ffi.gc(self._h, nil))
+        self._h = nil
+    end
+end
+
+return M

@@ -1,0 +1,105 @@
+--[[
+glm53.report.svg - line plots as standalone SVG text, for inline use in the HTML reports (glm53.report.html).
+
+    local svg = require("glm53.report.svg")
+    local text = svg.plot({
+        title = "speed-up over K = 0 (95% CI)", xlabel = "K", ylabel = "speed-up",
+        series = {
+            { name = "greedy", points = { { x = 0, y = 1 }, { x = 2, y = 1.6, lo = 1.5, hi = 1.7 } } },
+        },
+        y_floor = 0,                  -- optional: the y axis reaches down to at least this value
+    })
+
+Each series is a polyline with a dot per point and, where a point has lo and hi, an error bar; a legend names
+the series. The y axis gets about five round ticks; the x axis is labelled at the integers (draft positions,
+depths, shot counts). Text is escaped; the result is well-formed XML.
+]]
+local html = require("glm53.report.html")
+
+local M = {}
+
+M.COLORS = { "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
+             "#17becf" }
+
+local esc = html.escape
+
+-- About five round tick values covering [lo, hi] (steps of 1, 2 or 5 times a power of ten), and the step.
+function M.ticks(lo, hi)
+    if type(lo) ~= "number" or type(hi) ~= "number" then error("svg.ticks: lo and hi must be numbers", 2) end
+    local span = hi - lo
+    if span <= 0 then span = math.abs(hi) > 0 and math.abs(hi) or 1 end
+    local step = 10 ^ math.floor(math.log10(span / 5))
+    for _, f in ipairs({ 1, 2, 5, 10 }) do if span / (step * f) <= 6 then step = step * f break end end
+    local out = {}
+    for i = math.floor(lo / step + 1e-9), math.ceil(hi / step - 1e-9) do out[#out + 1] = i * step end
+    return out, step
+end
+
+-- The plot of spec.series ({ {name =, points = { {x =, y =[, lo =, hi =]}, ... }}, ... }) as SVG text, with
+-- spec.title, spec.xlabel, spec.ylabel and the optional spec.y_floor.
+function M.plot(spec)
+    if type(spec) ~= "table" or type(spec.series) ~= "table" then error("svg.plot: spec.series must be a table", 2) end
+    local title, xlabel, ylabel, series, y_floor = spec.title or "", spec.xlabel or "", spec.ylabel or "",
+                                                    spec.series, spec.y_floor
+    local W, L, R, T, B = 760, 60, 230, 36, 48
+    local H = math.max(380, T + 16 * #series + 24)   -- tall enough for the legend
+    local xmin, xmax, ymin, ymax = math.huge, -math.huge, y_floor or math.huge, -math.huge
+    for _, s in ipairs(series) do
+        for _, p in ipairs(s.points) do
+            xmin, xmax = math.min(xmin, p.x), math.max(xmax, p.x)
+            ymin, ymax = math.min(ymin, p.lo or p.y), math.max(ymax, p.hi or p.y)
+        end
+    end
+    if xmin == math.huge then xmin, xmax, ymin, ymax = 0, 1, 0, 1 end
+    if xmax == xmin then xmax = xmin + 1 end
+    local yt, ystep = M.ticks(ymin, ymax)
+    ymin, ymax = math.min(ymin, yt[1]), math.max(ymax, yt[#yt])
+    if ymax == ymin then ymax = ymin + ystep end
+    local decimals = math.max(0, math.ceil(-math.log10(ystep) - 1e-9))
+    local function px(x) return L + (x - xmin) / (xmax - xmin) * (W - L - R) end
+    local function py(y) return H - B - (y - ymin) / (ymax - ymin) * (H - T - B) end
+    local out = { string.format('<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" ' ..
+                                'font-family="sans-serif" font-size="12">', W, H, W, H),
+                  string.format('<text x="%d" y="20" font-size="14" font-weight="bold">%s</text>', L, esc(title)) }
+    for _, v in ipairs(yt) do
+        out[#out + 1] = string.format('<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#ddd"/>', L, py(v),
+                                      W - R, py(v))
+        out[#out + 1] = string.format('<text x="%.1f" y="%.1f" text-anchor="end">%s</text>', L - 6, py(v) + 4,
+                                      string.format("%." .. string.format("%d", decimals) .. "f", v))
+    end
+    for x = math.ceil(xmin), math.floor(xmax) do
+        out[#out + 1] = string.format('<text x="%.1f" y="%.1f" text-anchor="middle">%d</text>', px(x), H - B + 16, x)
+    end
+    out[#out + 1] = string.format('<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="#000"/>', L, H - B, W - R, H - B)
+    out[#out + 1] = string.format('<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="#000"/>', L, T, L, H - B)
+    out[#out + 1] = string.format('<text x="%.1f" y="%d" text-anchor="middle">%s</text>', (L + W - R) / 2, H - 10,
+                                  esc(xlabel))
+    out[#out + 1] = string.format('<text x="14" y="%.1f" text-anchor="middle" transform="rotate(-90 14 %.1f)">%s</text>',
+                                  (T + H - B) / 2, (T + H - B) / 2, esc(ylabel))
+    for i, s in ipairs(series) do
+        local color = M.COLORS[(i - 1) % #M.COLORS + 1]
+        local pts = {}
+        for _, p in ipairs(s.points) do
+            pts[#pts + 1] = string.format("%.1f,%.1f", px(p.x), py(p.y))
+            if p.lo then
+                out[#out + 1] = string.format('<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s"/>', px(p.x),
+                                              py(p.lo), px(p.x), py(p.hi), color)
+                for _, v in ipairs({ p.lo, p.hi }) do
+                    out[#out + 1] = string.format('<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s"/>',
+                                                  px(p.x) - 4, py(v), px(p.x) + 4, py(v), color)
+                end
+            end
+            out[#out + 1] = string.format('<circle cx="%.1f" cy="%.1f" r="3" fill="%s"/>', px(p.x), py(p.y), color)
+        end
+        out[#out + 1] = string.format('<polyline points="%s" fill="none" stroke="%s" stroke-width="1.5"/>',
+                                      table.concat(pts, " "), color)
+        local ly = T + 8 + (i - 1) * 16
+        out[#out + 1] = string.format('<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="2"/>',
+                                      W - R + 12, ly, W - R + 30, ly, color)
+        out[#out + 1] = string.format('<text x="%d" y="%d">%s</text>', W - R + 36, ly + 4, esc(s.name))
+    end
+    out[#out + 1] = "</svg>"
+    return table.concat(out, "\n")
+end
+
+return M
