@@ -4,7 +4,7 @@
 --     local def = require("glm53.ffi.cdef")
 --     ffi.cdef(def.cdef)   -- then C.glm53_abi_version() must equal def.abi_version
 return {
-    abi_version = 1,
+    abi_version = 2,
     cdef = [==[
 typedef enum glm53_status {
     GLM53_OK                = 0,
