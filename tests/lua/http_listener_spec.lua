@@ -25,6 +25,12 @@ local function run(seconds, body)
         ctx.finished = true
         uv.stop()
     end
+    function ctx.countdown(n)              -- a function that ends the run on its n-th call
+        return function()
+            n = n - 1
+            if n == 0 then ctx.done() end
+        end
+    end
     function ctx.log(level, message) ctx.logs[#ctx.logs + 1] = level .. ": " .. message end
     function ctx.after(ms, fn)
         local t = uv.new_timer()
@@ -125,6 +131,28 @@ local function hello(req, res)
     res:finish(req.method .. " " .. req.path .. " " .. #req.body .. " " .. tostring(req.remote_port) .. "\n")
 end
 
+-- One raw connection to a fresh server: sends `input` (bytes, or function(c) that sends), collects
+-- everything until the server closes.  Returns the run's ctx with ctx.all.
+local function exchange(opts, handler, input)
+    return run(10, function(ctx)
+        local server = ctx.listen(opts, handler)
+        connect(ctx, server.port, function(c)
+            if type(input) == "function" then input(c) else c.send(input) end
+            c.on_end = function(all)
+                ctx.all = all
+                ctx.done()
+            end
+        end)
+    end)
+end
+
+-- The bodies in a run of responses, each matched by `pattern` right after its head.
+local function bodies(all, pattern)
+    local out = {}
+    for b in all:gmatch("\r\n\r\n(" .. pattern .. ")") do out[#out + 1] = b end
+    return out
+end
+
 describe("listener with curl", function()
     it("logs where it listens and keeps the connection alive between requests", function()
         local ctx = run(10, function(ctx)
@@ -194,16 +222,14 @@ describe("listener with curl", function()
                 end
                 res:finish("hello")
             end)
-            local left = 2
+            local one_done = ctx.countdown(2)
             curl(ctx, { "-I", url(server, "/") }, function(code, out)
                 ctx.head_code, ctx.head_out = code, out
-                left = left - 1
-                if left == 0 then ctx.done() end
+                one_done()
             end)
             curl(ctx, { "-0", "-v", url(server, "/stream") }, function(code, out, err)
                 ctx.old_code, ctx.old_out, ctx.old_err = code, out, err
-                left = left - 1
-                if left == 0 then ctx.done() end
+                one_done()
             end)
         end)
         assert.are.equal(0, ctx.head_code)
@@ -281,13 +307,12 @@ describe("listener with curl", function()
         f:close()
         local ctx = run(10, function(ctx)
             local server = ctx.listen({ limits = { body_bytes = 2000 } }, hello)
-            local left, results = 3, {}
+            local one_done, results = ctx.countdown(3), {}
             ctx.results = results
             local function one(name, args)
                 curl(ctx, args, function(code, out, err)
                     results[name] = { code = code, out = out, err = err }
-                    left = left - 1
-                    if left == 0 then ctx.done() end
+                    one_done()
                 end)
             end
             one("plain", { "-v", "--data-binary", "@" .. path, "-H", "Expect:", url(server, "/v1/completions") })
@@ -356,24 +381,16 @@ end)
 
 describe("listener with raw sockets", function()
     it("answers pipelined requests in order, whatever order the handlers finish in", function()
-        local ctx = run(10, function(ctx)
-            local server = ctx.listen({}, function(req, res)
-                local delay = tonumber(req.query.delay)
-                ctx.after(delay, function() res:finish(req.path) end)
+        local ctx = exchange({}, function(req, res)
+            local timer = uv.new_timer()
+            timer:start(tonumber(req.query.delay), 0, function()
+                timer:close()
+                res:finish(req.path)
             end)
-            connect(ctx, server.port, function(c)
-                c.send("GET /one?delay=150 HTTP/1.1\r\nHost: h\r\n\r\n" ..
-                       "GET /two?delay=0 HTTP/1.1\r\nHost: h\r\n\r\n" ..
-                       "GET /three?delay=50 HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n")
-                c.on_end = function(all)
-                    ctx.all = all
-                    ctx.done()
-                end
-            end)
-        end)
-        local bodies = {}
-        for body in ctx.all:gmatch("\r\n\r\n(/%l+)") do bodies[#bodies + 1] = body end
-        assert.are.same({ "/one", "/two", "/three" }, bodies)
+        end, "GET /one?delay=150 HTTP/1.1\r\nHost: h\r\n\r\n" ..
+             "GET /two?delay=0 HTTP/1.1\r\nHost: h\r\n\r\n" ..
+             "GET /three?delay=50 HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n")
+        assert.are.same({ "/one", "/two", "/three" }, bodies(ctx.all, "/%l+"))
     end)
 
     it("closes an idle keep-alive connection after the idle timeout", function()
@@ -420,19 +437,6 @@ describe("listener with raw sockets", function()
         assert.truthy(json_body(ctx.all).error.message:find("0.3 s", 1, true))
     end)
 
-    local function exchange(opts, bytes, check)
-        return run(10, function(ctx)
-            local server = ctx.listen(opts, hello)
-            connect(ctx, server.port, function(c)
-                if type(bytes) == "function" then bytes(c) else c.send(bytes) end
-                c.on_end = function(all, err)
-                    ctx.all, ctx.err = all, err
-                    ctx.done()
-                end
-            end)
-        end)
-    end
-
     it("survives hostile input: each gets its status, the connection closes, the server goes on", function()
         local flood = { "GET / HTTP/1.1\r\nHost: h\r\n" }
         for i = 1, 20000 do flood[#flood + 1] = "X-Flood-" .. i .. ": y\r\n" end
@@ -446,7 +450,7 @@ describe("listener with raw sockets", function()
             { 501, "POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip\r\n\r\n" },
         }
         for _, case in ipairs(cases) do
-            local ctx = exchange({}, case[2])
+            local ctx = exchange({}, hello, case[2])
             assert.are.equal(case[1], status_of(ctx.all), ctx.all:sub(1, 200))
             assert.truthy(ctx.all:find("Connection: close\r\n", 1, true))
             assert.are.equal("invalid_request_error", json_body(ctx.all).error.type)
@@ -454,7 +458,7 @@ describe("listener with raw sockets", function()
     end)
 
     it("stops a never-ending chunked body at body_bytes with 413", function()
-        local ctx = exchange({ limits = { body_bytes = 256 * 1024 } }, function(c)
+        local ctx = exchange({ limits = { body_bytes = 256 * 1024 } }, hello, function(c)
             c.send("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n")
             local chunk = "1000\r\n" .. string.rep("z", 4096) .. "\r\n"
             local t = uv.new_timer()
@@ -467,7 +471,7 @@ describe("listener with raw sockets", function()
     end)
 
     it("accepts bare LF line ends", function()
-        local ctx = exchange({}, "POST /lf HTTP/1.1\nHost: h\nContent-Length: 2\nConnection: close\n\nok")
+        local ctx = exchange({}, hello, "POST /lf HTTP/1.1\nHost: h\nContent-Length: 2\nConnection: close\n\nok")
         assert.are.equal(200, status_of(ctx.all))
         assert.truthy(ctx.all:find("POST /lf 2 ", 1, true))
     end)
@@ -521,25 +525,16 @@ describe("listener with raw sockets", function()
 
     it("pauses reading pipelined input past pipeline_bytes and resumes after the response", function()
         local body = string.rep("p", 512 * 1024)
-        local ctx = run(10, function(ctx)
-            local server = ctx.listen({ limits = { pipeline_bytes = 16 * 1024 } }, function(req, res)
-                ctx.after(req.path == "/first" and 200 or 0, function()
-                    res:finish(req.path .. ":" .. #req.body)
-                end)
+        local ctx = exchange({ limits = { pipeline_bytes = 16 * 1024 } }, function(req, res)
+            local timer = uv.new_timer()
+            timer:start(req.path == "/first" and 200 or 0, 0, function()
+                timer:close()
+                res:finish(req.path .. ":" .. #req.body)
             end)
-            connect(ctx, server.port, function(c)
-                c.send("GET /first HTTP/1.1\r\nHost: h\r\n\r\n" ..
-                       "POST /second HTTP/1.1\r\nHost: h\r\nConnection: close\r\nContent-Length: " .. #body ..
-                       "\r\n\r\n" .. body)
-                c.on_end = function(all)
-                    ctx.all = all
-                    ctx.done()
-                end
-            end)
-        end)
-        local bodies = {}
-        for b in ctx.all:gmatch("\r\n\r\n(/%l+:%d+)") do bodies[#bodies + 1] = b end
-        assert.are.same({ "/first:0", "/second:" .. #body }, bodies)
+        end, "GET /first HTTP/1.1\r\nHost: h\r\n\r\n" ..
+             "POST /second HTTP/1.1\r\nHost: h\r\nConnection: close\r\nContent-Length: " .. #body ..
+             "\r\n\r\n" .. body)
+        assert.are.same({ "/first:0", "/second:" .. #body }, bodies(ctx.all, "/%l+:%d+"))
     end)
 
     it("refuses connections past limits.connections", function()
@@ -644,11 +639,7 @@ describe("listener shutdown by signal (child process)", function()
 
     it("SIGTERM: stops accepting, lets the response in flight finish, exits 0", function()
         local ctx = run(15, function(ctx)
-            local left = 3
-            local function one_done()
-                left = left - 1
-                if left == 0 then ctx.done() end
-            end
+            local one_done = ctx.countdown(3)
             ctx.child = child(ctx, 5, function(port, proc)
                 local signalled = false
                 curl(ctx, { "-N", "http://127.0.0.1:" .. port .. "/slow" }, function(code, out)
@@ -680,11 +671,7 @@ describe("listener shutdown by signal (child process)", function()
     it("SIGTERM: closes a response that outlives the grace period, and on_close fires", function()
         local t_signal
         local ctx = run(15, function(ctx)
-            local left = 2
-            local function one_done()
-                left = left - 1
-                if left == 0 then ctx.done() end
-            end
+            local one_done = ctx.countdown(2)
             ctx.child = child(ctx, 0.3, function(port, proc)
                 curl(ctx, { "-N", "http://127.0.0.1:" .. port .. "/forever" }, function(code, out)
                     ctx.forever = { code = code, out = out }
