@@ -279,6 +279,18 @@ describe("request parser errors", function()
         it("400: " .. case[1], function() expect_error(case[2], 400) end)
     end
 
+    it("400 at once for binary input, without waiting for a line end", function()
+        local tls_hello = "\22\3\1\2\0\1\0\1\252\3\3"
+        local reqs, err, status, p = parse_chunks({ tls_hello })
+        assert.are.equal(0, #reqs)
+        assert.are.equal(400, status, err)
+        assert.are.equal(0, p:buffered())
+        expect_error("GET / HTTP/1.1\r\nHost: h\r\nX-Partial: a\0", 400)
+        expect_error("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n1\0", 400)
+        assert.are.equal(0, #parse("GET / HTTP/1.1\r"))                   -- a CR may be half of a CRLF
+        assert.is_nil(select(2, parse("GET / HTTP/1.1\r")))
+    end)
+
     it("501 for transfer codings other than chunked", function()
         expect_error("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip\r\n\r\n", 501)
         expect_error("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 501)
@@ -312,6 +324,39 @@ describe("request parser errors", function()
         assert.has_error(function() http.parser({ nonsense = 1 }) end)
         assert.has_error(function() http.parser({ body_bytes = 1.5 }) end)
         assert.has_error(function() http.parser():feed(42) end)
+    end)
+end)
+
+describe("request parser on mutated input", function()
+    it("never raises: every input gives requests, a need for more, or an error status", function()
+        local seeds = {}
+        for _, r in ipairs({ 1, 2, 3, 4 }) do seeds[r] = STREAM:sub(1, 60 * r) end
+        local alphabet = "\r\n :;,0123456789abcdefABCDEF\0\t%+=&?/HTTP-chunkedContent-LengthTransfer-Encoding\255"
+        local small = { body_bytes = 64, header_bytes = 256, request_line = 128, header_count = 8 }
+        math.randomseed(11)
+        local statuses = {}
+        for _ = 1, 5000 do
+            local s = seeds[math.random(#seeds)] .. STREAM
+            for _ = 1, math.random(1, 6) do
+                local op, pos = math.random(3), math.random(1, #s + 1)
+                if op == 1 then
+                    local c = math.random(#alphabet)
+                    s = s:sub(1, pos - 1) .. alphabet:sub(c, c) .. s:sub(pos)
+                elseif op == 2 then
+                    s = s:sub(1, pos - 1) .. s:sub(pos + 1)
+                else
+                    local a = math.random(#s)
+                    s = s:sub(1, pos - 1) .. s:sub(a, a + math.random(0, 20)) .. s:sub(pos)
+                end
+            end
+            local reqs, err, status = parse_chunks(pieces(s, math.random(1, 9)), small)
+            for _, r in ipairs(reqs) do http.encoder(r):full(200, nil, r.body) end
+            if err then
+                assert.is_number(status)
+                statuses[status] = true
+            end
+        end
+        assert.is_true(statuses[400] and statuses[413] and statuses[501] and true)
     end)
 end)
 

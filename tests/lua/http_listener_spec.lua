@@ -446,6 +446,8 @@ describe("listener with raw sockets", function()
             { 400, "GET /\0 HTTP/1.1\r\nHost: h\r\n\r\n" },
             { 400, "GET / HTTP/1.1\r\nHost: h\r\nX: \0\r\n\r\n" },
             { 400, "\0\0\0\0\r\n\r\n" },
+            { 400, string.rep("\0garbage", 1000) },                 -- no line end: refused at once
+            { 400, "\22\3\1\2\0\1\0\1\252\3\3" },                 -- a TLS ClientHello on the HTTP port
             { 505, "GET / HTTP/2.0\r\n\r\n" },
             { 501, "POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip\r\n\r\n" },
         }

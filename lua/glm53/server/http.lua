@@ -38,7 +38,8 @@
 -- a bare CR, a NUL or another control byte in the request line or a header is a 400, as are
 -- obsolete line folding, whitespace before a header's colon, a missing or repeated Host in 1.1,
 -- conflicting Content-Length values, Content-Length together with Transfer-Encoding and
--- Transfer-Encoding in a 1.0 request (RFC 9112 6.1: faulty framing).  Empty
+-- Transfer-Encoding in a 1.0 request (RFC 9112 6.1: faulty framing).  Control bytes are refused as
+-- they arrive, before their line ends (binary input, a TLS handshake on this port).  Empty
 -- lines before a request line are skipped.  Transfer codings other than `chunked` are a 501,
 -- HTTP versions other than 1.x a 505, an Expect other than 100-continue a 417.  A 1.x version
 -- above 1.1 is read as 1.1.
@@ -94,6 +95,10 @@ http.CONTINUE = "HTTP/1.1 100 Continue\r\n\r\n"
 
 local TOKEN = "^[!#$%%&'*+%-.^_`|~%w]+$"
 local CTL_IN_LINE = "[%z\1-\8\10-\31\127]"   -- controls other than HTAB
+-- Controls no line of a head may hold, CR aside (it may be half of a CRLF still arriving): seen in
+-- a partial line they end the request at once instead of at the request timeout (binary input, a
+-- TLS handshake sent to this plain-HTTP port).
+local CTL_IN_PARTIAL = "[%z\1-\8\11\12\14-\31\127]"
 
 ------------------------------------------------------------------------------
 -- Headers
@@ -291,6 +296,7 @@ function Parser:next()
                 self.line_len = self.line_len + #piece
                 self:consume(s, #piece)
                 if self.line_len >= budget then return self:fail(status, why) end
+                if find(piece, CTL_IN_PARTIAL) then return self:fail(400, "control byte in the request head or chunk framing") end
             else
                 local piece = sub(s, self.qoff, nl - 1)
                 local len = self.line_len + #piece + 1
