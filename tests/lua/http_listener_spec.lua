@@ -604,6 +604,8 @@ describe("listener setup", function()
     it("raises on bad arguments", function()
         assert.has_error(function() listener.listen({}, nil) end)
         assert.has_error(function() listener.listen({ port = 70000 }, hello) end)
+        assert.has_error(function() listener.listen({ host = "localhost", port = 0, signals = false }, hello) end,
+            "listener.listen: host must be an IP address, got 'localhost'")
         assert.has_error(function() listener.listen({ limits = { bogus = 1 } }, hello) end)
         assert.has_error(function() listener.listen({ limits = { body_bytes = 0 } }, hello) end)
         assert.has_error(function() listener.listen({ timeouts = { idle = -1 } }, hello) end)

@@ -111,7 +111,9 @@ end
 function Response:write_head(status, headers)
     if self.finished then error("res:write_head: the response is finished", 2) end
     if self.head_sent then error("res:write_head: the head was already sent", 2) end
-    if type(status) ~= "number" then error("res:write_head: status must be a number", 2) end
+    if type(status) ~= "number" or status % 1 ~= 0 or status < 200 or status > 599 then
+        error("res:write_head: status must be an integer in 200..599", 2)
+    end
     if headers ~= nil and type(headers) ~= "table" then error("res:write_head: headers must be a table", 2) end
     self.status, self.headers = status, headers
 end
@@ -170,10 +172,10 @@ function Response:on_drain(fn)
     if type(fn) ~= "function" then error("res:on_drain: expected a function", 2) end
     if self.closed or self.finished then return end
     if self.conn:queued() <= self.conn.limits.write_low then
-        local server, t = self.conn.server, uv.new_timer()
+        local t = uv.new_timer()
         t:start(0, 0, function()
             t:close()
-            protect(server, "on_drain callback", fn)
+            if not self.closed and not self.finished then protect(self.conn.server, "on_drain callback", fn) end
         end)
     else
         self.drain_cbs[#self.drain_cbs + 1] = fn
@@ -456,15 +458,23 @@ function listener.listen(opts, handler)
         closed_cbs = {}, signals = {},
     }, Server)
 
+    -- A failed handle is closed only inside a running loop, which reaps it.  Outside one it is left to
+    -- exit: with luv before 1.45 (Debian's 1.44) a handle closed but never reaped crashes lua_close at
+    -- exit (luvit/luv#437, fixed by luv PR #654), and a failed listen is usually followed by an exit.
     local tcp = uv.new_tcp()
-    local ok, err = tcp:bind(host, port)
+    local function drop() if uv.loop_mode() then tcp:close() end end
+    local bound, ok, err = pcall(tcp.bind, tcp, host, port)
+    if not bound then                                      -- luv raises on a host that is not an IP address
+        drop()
+        error("listener.listen: host must be an IP address, got '" .. host .. "'", 2)
+    end
     if ok then
         ok, err = tcp:listen(opts.backlog or 511, function(e)
             protect(self, "accept", self.on_connection, self, e)
         end)
     end
     if not ok then
-        tcp:close()
+        drop()
         return nil, format("listen on %s:%d: %s", host, port, tostring(err))
     end
     self.tcp = tcp
