@@ -9,6 +9,7 @@ packages=(
   libcjson-dev libpcre2-dev libstb-dev      # config/JSON parsing, tokenizer regex, image decoding
   luajit libluajit-5.1-dev luarocks         # the Lua package and its rockspec
   lua-cjson lua-luv lua-busted              # Lua JSON, event loop (server), Lua tests
+  curl                                      # the client in the server's black-box tests
   clang libclang-rt-14-dev                  # libFuzzer and sanitizers for the loader fuzz target
 )
 
