@@ -9,6 +9,7 @@ packages=(
   libcjson-dev libpcre2-dev libstb-dev      # config/JSON parsing, tokenizer regex, image decoding
   luajit libluajit-5.1-dev luarocks         # the Lua package and its rockspec
   lua-cjson lua-luv lua-busted              # Lua JSON, event loop (server), Lua tests
+  lua-rex-pcre2                             # Python-compatible regexes for the eval tasks (evals/)
   clang libclang-rt-14-dev                  # libFuzzer and sanitizers for the loader fuzz target
 )
 
