@@ -10,6 +10,7 @@ Modules load on first use. The short names stand for these modules:
 
     glm53.model       glm53.engine.model        Model and Batch: load a checkpoint, run batched steps
     glm53.seq         glm53.engine.seq          sequences (per-sequence caches)
+    glm53.async       glm53.engine.async        steps on the model's worker thread, called back on a luv loop
     glm53.sampler     glm53.engine.sampler      the C sampler and Lua sampling policies
     glm53.tokenizer   glm53.engine.tokenizer    the C tokenizer and the incremental detokeniser
     glm53.vision      glm53.engine.vision       images and videos: preprocessing, the tower, placement
@@ -27,6 +28,7 @@ glm53.util.*, glm53.report.*.
 local ALIASES = {
     model = "glm53.engine.model",
     seq = "glm53.engine.seq",
+    async = "glm53.engine.async",
     sampler = "glm53.engine.sampler",
     tokenizer = "glm53.engine.tokenizer",
     vision = "glm53.engine.vision",

@@ -14,6 +14,13 @@ glm53.engine.model - load a model, make sequences (caches), run batched steps.
 A batch may hold several sequences (each at most once per step). `batch:add(seq, tokens, "all")` asks for the
 logits of every row of that sequence. Output rows are numbered in the order they were added.
 Argument errors raise; runtime failures (cache full, token out of range, backend error) return nil, err.
+
+Async steps run on the model's worker thread, so an event loop keeps running during a long prefill:
+
+    local tag = assert(m:submit(batch))               -- the batch stays untouched until its completion is taken
+    local fd = m:completion_fd()                      -- readable while completions wait (luv: uv.new_poll(fd))
+    local tag, ok, err = m:poll()                     -- nil when none waits; m:wait() blocks instead
+glm53.engine.async wraps this for luv: a callback per step.
 ]]
 local core = require("glm53.ffi.core")
 local sequence = require("glm53.engine.seq")
@@ -29,7 +36,8 @@ Batch.__index = Batch
 local devices = { cpu = C.GLM53_DEVICE_CPU, cuda = C.GLM53_DEVICE_CUDA }
 
 -- opts: device ("cpu" | "cuda"), threads, cuda_device, load_mtp (default true), cache_bytes_max,
--- activations ("f32" | "bf16"; default: the backend's, F32 on CPU and BF16 on CUDA).
+-- activations ("f32" | "bf16"; default: the backend's, F32 on CPU and BF16 on CUDA), step_rows (most rows one
+-- pass of a step computes; 0 = the backend's default).
 function M.load(path, opts)
     if type(path) ~= "string" then error("model.load: path must be a string", 2) end
     opts = opts or {}
@@ -45,10 +53,19 @@ function M.load(path, opts)
         p.activation_dtype = ({ f32 = C.GLM53_F32, bf16 = C.GLM53_BF16 })[opts.activations] or
             error("model.load: activations must be 'f32' or 'bf16'", 2)
     end
+    if opts.step_rows ~= nil then
+        if type(opts.step_rows) ~= "number" or opts.step_rows < 0 or opts.step_rows % 1 ~= 0 then
+            error("model.load: step_rows must be an integer >= 0", 2)
+        end
+        p.step_rows = opts.step_rows
+    end
     local out = ffi.new("glm53_model *[1]")
     local ok, err = core.check(C.glm53_model_load(path, p, out))
     if not ok then return nil, err end
-    local self = setmetatable({ _h = ffi.gc(out[0], C.glm53_model_free), path = path }, Model)
+    local self = setmetatable({
+        _h = ffi.gc(out[0], C.glm53_model_free), path = path,
+        _pending = {}, _tag = 0, _completion = ffi.new("glm53_step_completion"),
+    }, Model)
     self.config = C.glm53_model_config_get(self._h)
     self.vocab_size = self.config.text.vocab_size
     self.hidden_size = self.config.text.hidden_size
@@ -63,8 +80,9 @@ end
 
 function Model:free()
     if self._h ~= nil then
-        C.glm53_model_free(ffi.gc(self._h, nil))
+        C.glm53_model_free(ffi.gc(self._h, nil))   -- cancels queued async steps, waits for the running one
         self._h = nil
+        self._pending = {}
     end
 end
 
@@ -171,6 +189,7 @@ end
 local function prepare(self, batch, what)
     if getmetatable(batch) ~= Batch or batch.model ~= self then error(what .. ": not a batch of this model", 3) end
     if batch.n_seqs == 0 then error(what .. ": empty batch", 3) end
+    if batch.in_flight then error(what .. ": the batch has an async step in flight (take its completion first)", 3) end
     local c, out = batch.c, batch.out
     c.n_seqs = batch.n_seqs
     c.seqs = batch.seq_ptrs
@@ -202,6 +221,70 @@ function Model:mtp_step(batch, layer, hidden_in)
     if hidden_in == nil then error("model:mtp_step: hidden_in is required", 2) end
     local c, out = prepare(self, batch, "model:mtp_step")
     return core.check(C.glm53_model_mtp_step(model_handle(self), layer, c, hidden_in, out))
+end
+
+---------------------------------------------------------------------------------------------------------------
+-- Async steps
+---------------------------------------------------------------------------------------------------------------
+-- Queues a step of the batch on the model's worker thread; opts.mtp_layer and opts.hidden_in make it an MTP
+-- step (as Model:mtp_step). Returns a tag (a number), or nil and an error when the request is refused at once
+-- (a sequence freed, say). The batch and hidden_in must stay untouched until the tag's completion is taken.
+function Model:submit(batch, opts)
+    opts = opts or {}
+    local c, out = prepare(self, batch, "model:submit")
+    local layer = opts.mtp_layer
+    if layer ~= nil and (type(layer) ~= "number" or opts.hidden_in == nil) then
+        error("model:submit: mtp_layer must be a number and comes with hidden_in", 2)
+    end
+    local rq = batch.request
+    if not rq then
+        rq = ffi.new("glm53_step_request")
+        batch.request = rq
+    end
+    self._tag = self._tag + 1
+    rq.mtp_layer = layer or -1
+    rq.batch = c
+    rq.hidden_in = opts.hidden_in
+    rq.out = out
+    rq.tag = self._tag
+    local ok, err = core.check(C.glm53_model_submit(model_handle(self), rq))
+    if not ok then return nil, err end
+    -- The batch (its C structs and buffers) and hidden_in stay referenced until the completion is taken.
+    self._pending[self._tag] = { batch = batch, hidden_in = opts.hidden_in }
+    batch.in_flight = true
+    return self._tag
+end
+
+-- The descriptor that is readable while completions wait to be taken (starts the worker). nil, err on failure.
+function Model:completion_fd()
+    local fd = C.glm53_model_completion_fd(model_handle(self))
+    if fd < 0 then return nil, core.errmsg() end
+    return tonumber(fd)
+end
+
+-- Turns a taken completion into (tag, true, batch) or (tag, nil, "GLM53_ERR_X: message", batch).
+local function completed(self)
+    local c = self._completion
+    local tag = tonumber(c.tag)
+    local entry = self._pending[tag]
+    self._pending[tag] = nil
+    local batch = entry and entry.batch
+    if batch then batch.in_flight = nil end
+    if c.status == 0 then return tag, true, batch end
+    return tag, nil, core.status_name(c.status) .. ": " .. ffi.string(c.error), batch
+end
+
+-- The oldest completion, if one waits: tag, true | nil, err, and its batch. Returns nothing when none waits.
+function Model:poll()
+    if C.glm53_model_poll(model_handle(self), self._completion) == 0 then return end
+    return completed(self)
+end
+
+-- Like poll, but waits for the oldest step to complete. nil, err when nothing is queued or running.
+function Model:wait()
+    local ok, err = core.check(C.glm53_model_wait(model_handle(self), self._completion))
+    if not ok then return nil, err end
+    return completed(self)
 end
 
 return M
