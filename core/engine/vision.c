@@ -23,6 +23,7 @@
  */
 #include "core/engine/vision.h"
 
+#include "core/engine/graph.h"
 #include "core/engine/weights.h"
 
 #include <stdio.h>
@@ -202,31 +203,21 @@ glm53_status glm53_vision_load(glm53_model *m) {
 /* ------------------------------------------------------------------------------------------------------------
  * Encoding
  */
-typedef struct {
-    glm53_backend   *be;
-    glm53_step_plan *plan;
-    glm53_status     st;
-} scratch;
-
-#define NEW(dtype, ndim, d0, d1, d2) glm53_plan_tensor(S->plan, &S->st, (dtype), (ndim), (d0), (d1), (d2))
-#define OP(call)                             \
-    do {                                     \
-        if (S->st == GLM53_OK) S->st = (call); \
-    } while (0)
+/* The encoder runs on a step context of its own (graph.h's NEW and OP): the plan's scratch, no batch. */
 
 /* y = x * w^T (+ b when b has data). */
-static void linear(scratch *S, glm53_tensor *y, const glm53_tensor *x, const glm53_tensor *w, const glm53_tensor *b) {
-    OP(S->be->ops->matmul(S->be, y, x, w));
-    if (b && b->data) OP(S->be->ops->binary(S->be, y, y, b, GLM53_BINARY_ADD));
+static void linear(step_ctx *sc, glm53_tensor *y, const glm53_tensor *x, const glm53_tensor *w, const glm53_tensor *b) {
+    OP(sc->be->ops->matmul(sc->be, y, x, w));
+    if (b && b->data) OP(sc->be->ops->binary(sc->be, y, y, b, GLM53_BINARY_ADD));
 }
 
 /* One chunk: rows [0, N) of pixel rows x_host (F32), n_seg segments cu[n_seg + 1], positions pos[N, 2]; writes
  * N / 4 embedding rows to out (host F32). */
-static glm53_status encode_chunk(glm53_model *m, scratch *S, const float *x_host, int64_t N, const int32_t *cu,
+static glm53_status encode_chunk(glm53_model *m, step_ctx *sc, const float *x_host, int64_t N, const int32_t *cu,
                                  int64_t n_seg, const int32_t *pos_host, float *out) {
     const glm53_vision *v = m->vision;
     const glm53_vision_config *c = &m->config.vision;
-    glm53_backend *be = S->be;
+    glm53_backend *be = sc->be;
     /* F32 activations on every backend, also where the text model runs in BF16 (CUDA): the tower runs once per
      * image and costs little next to the text model, while its rows feed every later position. In BF16 its
      * output is ~1e-2 from float64 (measured on the H200), enough to carry image prompts' logits past the CUDA
@@ -246,30 +237,30 @@ static glm53_status encode_chunk(glm53_model *m, scratch *S, const float *x_host
     glm53_tensor *q = NEW(act, 3, N, H, hd), *k = NEW(act, 3, N, H, hd), *vv = NEW(act, 3, N, H, hd);
     glm53_tensor *a = NEW(act, 2, N, Dv, 0), *g = NEW(act, 2, N, I, 0), *u = NEW(act, 2, N, I, 0);
     glm53_tensor *gu = NEW(act, 2, N, I, 0);
-    if (S->st != GLM53_OK) return S->st;
-    linear(S, h, x, &v->patch_w, &v->patch_b);
+    if (sc->st != GLM53_OK) return sc->st;
+    linear(sc, h, x, &v->patch_w, &v->patch_b);
 
     glm53_tensor q2 = glm53_tensor_reshape(q, 2, N, Dv, 0), k2 = glm53_tensor_reshape(k, 2, N, Dv, 0);
     glm53_tensor v2 = glm53_tensor_reshape(vv, 2, N, Dv, 0), o2 = glm53_tensor_reshape(o, 2, N, Dv, 0);
     glm53_tensor qh = glm53_tensor_reshape(q, 2, N * H, hd, 0), kh = glm53_tensor_reshape(k, 2, N * H, hd, 0);
-    for (int b = 0; b < c->depth && S->st == GLM53_OK; b++) {
+    for (int b = 0; b < c->depth && sc->st == GLM53_OK; b++) {
         const vision_block *B = &v->blocks[b];
         OP(be->ops->rmsnorm(be, hn, h, &B->norm1, eps));
-        linear(S, &q2, hn, &B->wq, &B->bq);
-        linear(S, &k2, hn, &B->wk, &B->bk);
-        linear(S, &v2, hn, &B->wv, &B->bv);
+        linear(sc, &q2, hn, &B->wq, &B->bq);
+        linear(sc, &k2, hn, &B->wk, &B->bk);
+        linear(sc, &v2, hn, &B->wv, &B->bv);
         OP(be->ops->rmsnorm(be, &qh, &qh, &B->q_norm, eps));
         OP(be->ops->rmsnorm(be, &kh, &kh, &B->k_norm, eps));
         OP(be->ops->rope_2d(be, q, q, pos, ROPE_THETA));
         OP(be->ops->rope_2d(be, k, k, pos, ROPE_THETA));
         OP(be->ops->attention_segments(be, o, q, k, vv, cut, 1.0f / sqrtf((float)hd)));
-        linear(S, a, &o2, &B->proj_w, &B->proj_b);
+        linear(sc, a, &o2, &B->proj_w, &B->proj_b);
         OP(be->ops->binary(be, h, h, a, GLM53_BINARY_ADD));
         OP(be->ops->rmsnorm(be, hn, h, &B->norm2, eps));
-        linear(S, g, hn, &B->gate_w, &B->gate_b);
-        linear(S, u, hn, &B->up_w, &B->up_b);
+        linear(sc, g, hn, &B->gate_w, &B->gate_b);
+        linear(sc, u, hn, &B->up_w, &B->up_b);
         OP(be->ops->swiglu(be, gu, g, u, limit));
-        linear(S, a, gu, &B->down_w, &B->down_b);
+        linear(sc, a, gu, &B->down_w, &B->down_b);
         OP(be->ops->binary(be, h, h, a, GLM53_BINARY_ADD));
     }
     OP(be->ops->rmsnorm(be, h, h, &v->post_norm, eps));
@@ -278,18 +269,18 @@ static glm53_status encode_chunk(glm53_model *m, scratch *S, const float *x_host
     glm53_tensor blocks = glm53_tensor_reshape(h, 2, Nm, ms2 * Dv, 0);
     glm53_tensor *z = NEW(act, 2, Nm, Do, 0), *zp = NEW(act, 2, Nm, Do, 0);
     glm53_tensor *mg = NEW(act, 2, Nm, Pi, 0), *mu = NEW(act, 2, Nm, Pi, 0), *mgu = NEW(act, 2, Nm, Pi, 0);
-    if (S->st != GLM53_OK) return S->st;
-    linear(S, z, &blocks, &v->down_w, &v->down_b);
-    linear(S, zp, z, &v->merger_proj, NULL);
+    if (sc->st != GLM53_OK) return sc->st;
+    linear(sc, z, &blocks, &v->down_w, &v->down_b);
+    linear(sc, zp, z, &v->merger_proj, NULL);
     OP(be->ops->layernorm(be, zp, zp, &v->ln_w, &v->ln_b, MERGER_LN_EPS));
     OP(be->ops->unary(be, zp, zp, GLM53_UNARY_GELU));
-    linear(S, mg, zp, &v->m_gate, NULL);
-    linear(S, mu, zp, &v->m_up, NULL);
+    linear(sc, mg, zp, &v->m_gate, NULL);
+    linear(sc, mu, zp, &v->m_up, NULL);
     OP(be->ops->swiglu(be, mgu, mg, mu, limit));
-    linear(S, z, mgu, &v->m_down, NULL);
+    linear(sc, z, mgu, &v->m_down, NULL);
     OP(be->ops->download(be, out, z));
     OP(be->ops->sync(be));
-    return S->st;
+    return sc->st;
 }
 
 glm53_status glm53_model_encode_vision(glm53_model *m, const float *pixels, int64_t n_patches,
@@ -355,7 +346,7 @@ glm53_status glm53_model_encode_vision(glm53_model *m, const float *pixels, int6
     }
     /* Chunks of whole segments, each in the step plan's scratch (no metadata: pixels and positions upload as they
      * are, the encoder is not a decode step). */
-    scratch S = {.be = m->be, .plan = &m->plan};
+    step_ctx sc = {.m = m, .be = m->be, .plan = &m->plan};
     int64_t seg0 = 0, row0 = 0;
     m->be->workspace = &m->plan.ws;
     while (st == GLM53_OK && seg0 < n_seg) {
@@ -368,9 +359,9 @@ glm53_status glm53_model_encode_vision(glm53_model *m, const float *pixels, int6
             cu[seg1 - seg0 + 1] = (int32_t)n;
             seg1++;
         }
-        st = encode_chunk(m, &S, pixels + row0 * K, n, cu, seg1 - seg0, pos + 2 * row0,
+        st = encode_chunk(m, &sc, pixels + row0 * K, n, cu, seg1 - seg0, pos + 2 * row0,
                           embeddings + row0 / (ms * ms) * Do);
-        S.st = GLM53_OK;
+        sc.st = GLM53_OK;
         row0 += n;
         seg0 = seg1;
     }

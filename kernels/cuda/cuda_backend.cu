@@ -286,22 +286,24 @@ static glm53_status cuda_upload(glm53_backend *be, glm53_tensor *dst, const void
     return cuda_stream_wait(cb);   /* the caller may reuse host_src as soon as we return */
 }
 
-static glm53_status cuda_upload_async(glm53_backend *be, glm53_tensor *dst, const void *pinned_src) {
+/* Enqueues the copy of `device` (a tensor of this backend) to or from pinned host memory. */
+static glm53_status copy_async(glm53_backend *be, const glm53_tensor *device, void *pinned, cudaMemcpyKind kind) {
     cuda_backend *cb = cuda_impl(be);
-    assert(dst->data && dst->device == GLM53_DEVICE_CUDA);
+    assert(device->data && device->device == GLM53_DEVICE_CUDA);
     GLM53_TRY(cuda_enter(cb));
-    size_t n = glm53_tensor_nbytes(dst);
-    if (n) CUDA_TRY(cudaMemcpyAsync(dst->data, pinned_src, n, cudaMemcpyHostToDevice, cb->stream));
+    size_t n = glm53_tensor_nbytes(device);
+    void *dst = kind == cudaMemcpyHostToDevice ? device->data : pinned;
+    const void *src = kind == cudaMemcpyHostToDevice ? pinned : device->data;
+    if (n) CUDA_TRY(cudaMemcpyAsync(dst, src, n, kind, cb->stream));
     return GLM53_OK;
 }
 
+static glm53_status cuda_upload_async(glm53_backend *be, glm53_tensor *dst, const void *pinned_src) {
+    return copy_async(be, dst, (void *)pinned_src, cudaMemcpyHostToDevice);
+}
+
 static glm53_status cuda_download_async(glm53_backend *be, void *pinned_dst, const glm53_tensor *src) {
-    cuda_backend *cb = cuda_impl(be);
-    assert(src->data && src->device == GLM53_DEVICE_CUDA);
-    GLM53_TRY(cuda_enter(cb));
-    size_t n = glm53_tensor_nbytes(src);
-    if (n) CUDA_TRY(cudaMemcpyAsync(pinned_dst, src->data, n, cudaMemcpyDeviceToHost, cb->stream));
-    return GLM53_OK;
+    return copy_async(be, src, pinned_dst, cudaMemcpyDeviceToHost);
 }
 
 static glm53_status cuda_host_alloc(glm53_backend *be, size_t bytes, void **out) {
