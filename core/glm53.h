@@ -70,7 +70,7 @@
 /* The version of the binary interface below: bumped whenever a struct layout, an enum value or a signature of
  * the API region changes. The Lua package checks glm53_abi_version() against the version its cdef was generated
  * from, so a stale libglm53.so is refused at load instead of corrupting memory. */
-#define GLM53_ABI_VERSION 2
+#define GLM53_ABI_VERSION 3
 
 #ifdef __cplusplus
 extern "C" {
@@ -419,6 +419,7 @@ GLM53_API int32_t      glm53_tokenizer_is_added(const glm53_tokenizer *tok, int3
  * exist yet: logits come to the host first.
  *
  * The filtered distribution of a row, in vLLM's order (definitions are vLLM's, which HF shares where both exist):
+ *   0. ids >= n_valid (padded vocabulary rows) are banned; their logits are not read
  *   1. x = logits + logit_bias                                   (-inf bans a token; NaN or +inf logits are an error)
  *   2. repetition penalty r on tokens seen in the prompt or the output: x > 0 ? x / r : x * r      (HF and vLLM)
  *      frequency penalty f and presence penalty a on output tokens: x -= f * count + a * (count > 0)   (OpenAI/vLLM)
@@ -448,6 +449,9 @@ typedef struct glm53_sampler_params {
     float    presence_penalty;    /* 0: off */
     float    frequency_penalty;   /* 0: off */
     uint64_t seed;                /* the RNG stream (create and reset start it) */
+    int32_t  n_valid;             /* ids >= n_valid are never produced: the embedding rows past the tokenizer's
+                                     vocabulary (GLM-5.3: 154856 of 154880), masked as -inf before step 1;
+                                     <= 0 or >= vocab: every id is valid */
 } glm53_sampler_params;
 
 GLM53_API glm53_sampler_params glm53_sampler_default_params(void);   /* greedy, every filter off, seed 0 */

@@ -305,8 +305,9 @@ static void select_top(cand *c, int32_t n, int32_t k) {
 /* Steps 1-2 of the pipeline into s->x; rejects NaN and +inf. */
 static glm53_status process_logits(glm53_sampler *s, const float *logits) {
     const glm53_sampler_params *p = &s->params;
-    int32_t V = s->vocab;
-    for (int32_t i = 0; i < V; i++) {
+    int32_t V = s->vocab, valid = p->n_valid > 0 && p->n_valid < V ? p->n_valid : V;
+    for (int32_t i = valid; i < V; i++) s->x[i] = -INFINITY;   /* padded vocabulary: never produced */
+    for (int32_t i = 0; i < valid; i++) {
         float v = logits[i];
         if (isnan(v) || v == INFINITY)
             return GLM53_FAIL(GLM53_ERR_INVALID_ARG, "sampler: logit of token %d is %g (NaN and +inf are not "

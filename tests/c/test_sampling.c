@@ -321,6 +321,28 @@ static void test_rng(void) {
 static void test_edges(void) {
     int V = 31;
     float logits[31], probs[31];
+    TEST_CASE("n_valid: padded vocabulary ids are never produced, greedy or sampled, whatever their logits") {
+        glm53_sampler_params p = glm53_sampler_default_params();
+        p.n_valid = 24;   /* ids 24..30: the embedding rows past a 24-token tokenizer */
+        glm53_sampler *greedy = make(V, p);
+        p.temperature = 1.0f;
+        glm53_sampler *sampled = make(V, p);
+        random_logits(logits, V, 1.0f, 0.0f);
+        logits[27] = 50.0f;      /* the best logit by far, on a padded id */
+        logits[30] = NAN;        /* a padded row's logit is not even read */
+        int32_t t = -1;
+        CHECK(glm53_sampler_sample(greedy, logits, &t) == GLM53_OK && t >= 0 && t < 24, "greedy picked %d", t);
+        bool inside = true;
+        for (int i = 0; i < 2000 && inside; i++)
+            inside = glm53_sampler_sample(sampled, logits, &t) == GLM53_OK && t >= 0 && t < 24;
+        CHECK(inside, "a draw returned %d", t);
+        CHECK(glm53_sampler_probs(sampled, logits, probs) == GLM53_OK, "probs: %s", glm53_last_error());
+        double padded = 0;
+        for (int i = 24; i < V; i++) padded += probs[i];
+        CHECK(padded == 0.0, "padded ids have probability %g", padded);
+        glm53_sampler_free(greedy);
+        glm53_sampler_free(sampled);
+    }
     TEST_CASE("temperature 0 is greedy: argmax, lowest id on ties, no RNG draw") {
         glm53_sampler_params p = glm53_sampler_default_params();
         glm53_sampler *s = make(V, p), *fresh = make(V, p);

@@ -10,7 +10,8 @@ glm53.engine.sampler - the C sampler (core/sampling.c) from LuaJIT, and the hook
 Options (all optional; the C header's Sampling section has the exact definitions, which are vLLM's):
   temperature (0, or anything below 1e-5, = greedy), top_k (0 = off), top_p (1 = off), min_p (0 = off), repetition_penalty (1 = off),
   presence_penalty, frequency_penalty (0 = off), seed (integer, default 0), logit_bias ({[id] = bias}),
-  candidates (most candidates a policy sees, default 64).
+  n_valid (ids >= n_valid are never produced: the padded embedding rows past the tokenizer's vocabulary;
+  tokenizer:n_vocab() is the value; 0 = every id), candidates (most candidates a policy sees, default 64).
 
 A policy is a Lua function policy(cand, ctx) -> id, or a table with policy:pick(cand, ctx). It sees the truncated
 candidate set of one logits row after the vocab-wide filters:
@@ -35,7 +36,7 @@ Sampler.__index = Sampler
 
 local KEYS = { temperature = true, top_k = true, top_p = true, min_p = true, repetition_penalty = true,
                presence_penalty = true, frequency_penalty = true, seed = true, logit_bias = true,
-               candidates = true }
+               n_valid = true, candidates = true }
 
 local function handle(self)
     if self._h == nil then error("sampler: used after free()", 3) end
@@ -58,6 +59,12 @@ local function apply_options(p, opts, level)
     if opts.presence_penalty ~= nil then p.presence_penalty = opts.presence_penalty end
     if opts.frequency_penalty ~= nil then p.frequency_penalty = opts.frequency_penalty end
     if opts.seed ~= nil then p.seed = opts.seed end
+    if opts.n_valid ~= nil then
+        if type(opts.n_valid) ~= "number" or opts.n_valid % 1 ~= 0 or opts.n_valid < 0 then
+            error("sampler: n_valid must be an integer >= 0", level)
+        end
+        p.n_valid = opts.n_valid
+    end
 end
 
 local function set_bias(self, bias, level)
@@ -131,7 +138,8 @@ function Sampler:params()
     local p = self._params
     return { temperature = p.temperature, top_k = p.top_k, top_p = p.top_p, min_p = p.min_p,
              repetition_penalty = p.repetition_penalty, presence_penalty = p.presence_penalty,
-             frequency_penalty = p.frequency_penalty, seed = tonumber(p.seed), candidates = self.cand.cap }
+             frequency_penalty = p.frequency_penalty, seed = tonumber(p.seed), n_valid = p.n_valid,
+             candidates = self.cand.cap }
 end
 
 function Sampler:greedy() return self._params.temperature < 1e-5 end   -- core/sampling.c: GREEDY_BELOW

@@ -4,7 +4,7 @@
 --     local def = require("glm53.ffi.cdef")
 --     ffi.cdef(def.cdef)   -- then C.glm53_abi_version() must equal def.abi_version
 return {
-    abi_version = 2,
+    abi_version = 3,
     cdef = [==[
 typedef enum glm53_status {
     GLM53_OK                = 0,
@@ -204,6 +204,7 @@ typedef struct glm53_sampler_params {
     float    presence_penalty;
     float    frequency_penalty;
     uint64_t seed;
+    int32_t  n_valid;
 } glm53_sampler_params;
 glm53_sampler_params glm53_sampler_default_params(void);
 glm53_status glm53_sampler_create(int32_t vocab_size, const glm53_sampler_params *params,
