@@ -9,7 +9,7 @@
 #include <stdlib.h>
 
 /* Below this many flops a run stays on the caller: waking workers costs a few microseconds. */
-enum { CPU_PARALLEL_MIN_COST = 1 << 15 };
+enum { CPU_PARALLEL_MIN_COST = 1 << 20 };
 
 void cpu_parallel_for(glm53_backend *be, int64_t n_items, int64_t cost_per_item, glm53_pool_fn fn, void *ctx) {
     if (n_items <= 0) return;

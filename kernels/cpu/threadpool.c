@@ -5,10 +5,18 @@
  * Each worker remembers the last generation it served, so a spurious wake-up or a late one can never run a job
  * twice or miss one. Worker i (1..n-1) takes range i of n_active ranges; workers with i >= n_active only
  * report back. The caller takes range 0, then waits until `pending` (workers not yet done) drops to zero.
+ *
+ * No spinning: on a machine whose cores are oversubscribed (CI's and this project's 2-vCPU machines, where two
+ * busy threads get about one core's time between them, measured), a worker polling for work steals the time the
+ * caller needs and made an empty run cost 400 us instead of 10. Sleeping workers cost a wake-up per run, so the
+ * backend hands the pool only ops big enough to pay for it (cpu_backend.c, CPU_PARALLEL_MIN_COST).
  */
+#define _GNU_SOURCE   /* sched_getaffinity, CPU_COUNT */
 #include "kernels/cpu/threadpool.h"
 
 #include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -78,13 +86,45 @@ static void pool_stop_workers(glm53_pool *pool, int32_t n_started) {
     for (int32_t i = 0; i < n_started; i++) pthread_join(pool->workers[i].thread, NULL);
 }
 
+int32_t glm53_physical_cores(void) {
+    /* Cores this process may run on, counted once per (package, core) pair: hyperthread siblings share the
+     * core's execution units, and the matmuls here are bound by them. */
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) != 0) {
+        long online = sysconf(_SC_NPROCESSORS_ONLN);
+        return online > 0 ? (int32_t)online : 1;
+    }
+    int32_t n = 0, logical = CPU_COUNT(&set);
+    long seen[CPU_SETSIZE];
+    for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
+        if (!CPU_ISSET(cpu, &set)) continue;
+        char path[128];
+        long package = -1, core = -1;
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%d/topology/physical_package_id", cpu);
+        FILE *f = fopen(path, "r");
+        if (f) {
+            if (fscanf(f, "%ld", &package) != 1) package = -1;
+            fclose(f);
+        }
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%d/topology/core_id", cpu);
+        f = fopen(path, "r");
+        if (f) {
+            if (fscanf(f, "%ld", &core) != 1) core = -1;
+            fclose(f);
+        }
+        if (package < 0 || core < 0) return logical > 0 ? logical : 1;   /* no topology: count logical CPUs */
+        long key = package * 1000000 + core;
+        bool dup = false;
+        for (int32_t i = 0; i < n && !dup; i++) dup = seen[i] == key;
+        if (!dup) seen[n++] = key;
+    }
+    return n > 0 ? n : 1;
+}
+
 glm53_status glm53_pool_create(int32_t n_threads, glm53_pool **out) {
     *out = NULL;
     if (n_threads < 0) return GLM53_FAIL(GLM53_ERR_INVALID_ARG, "thread pool: n_threads %d < 0", n_threads);
-    if (n_threads == 0) {
-        long online = sysconf(_SC_NPROCESSORS_ONLN);
-        n_threads = online > 0 ? (int32_t)online : 1;
-    }
+    if (n_threads == 0) n_threads = glm53_physical_cores();
     glm53_pool *pool = calloc(1, sizeof *pool);
     if (!pool) return GLM53_FAIL(GLM53_ERR_OUT_OF_MEMORY, "thread pool: out of memory");
     pool->n_threads = n_threads;

@@ -2,9 +2,10 @@
  * threadpool.h - a small persistent pthread pool for the CPU backend.
  *
  * One parallel-for primitive: glm53_pool_run splits the items [0, n) into one contiguous range per thread
- * (the calling thread takes the first range) and returns when every range is done. Workers sleep on a
- * condition variable between runs, so an idle pool costs nothing. A pool serves one caller at a time; ops
- * run one after another on the thread that drives the model step. Not reentrant: fn must not run the same pool.
+ * (the calling thread takes the first range) and returns when every range is done. Between runs a worker polls
+ * briefly for the next one, then sleeps on a condition variable, so back-to-back small ops do not pay a wake-up
+ * each and an idle pool costs nothing. A pool serves one caller at a time; ops run one after another on the
+ * thread that drives the model step. Not reentrant: fn must not run the same pool.
  */
 #ifndef GLM53_CPU_THREADPOOL_H
 #define GLM53_CPU_THREADPOOL_H
@@ -16,12 +17,14 @@ typedef struct glm53_pool glm53_pool;
 /* Work on items [begin, end); called once per participating thread with disjoint ranges. */
 typedef void (*glm53_pool_fn)(void *ctx, int64_t begin, int64_t end);
 
-/* n_threads counts the caller: 1 starts no worker. 0 = all online cores. */
+/* n_threads counts the caller: 1 starts no worker. 0 = glm53_physical_cores(). */
 glm53_status glm53_pool_create(int32_t n_threads, glm53_pool **out);
 void         glm53_pool_free(glm53_pool *pool);
 int32_t      glm53_pool_n_threads(const glm53_pool *pool);
 /* Runs fn over [0, n_items) and waits. At most n_items threads take part; with one item, or a one-thread pool,
  * fn runs inline on the caller. */
 void         glm53_pool_run(glm53_pool *pool, int64_t n_items, glm53_pool_fn fn, void *ctx);
+/* Physical cores this process may run on (hyperthread siblings counted once); logical CPUs without topology. */
+int32_t      glm53_physical_cores(void);
 
 #endif /* GLM53_CPU_THREADPOOL_H */
