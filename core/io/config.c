@@ -93,8 +93,9 @@ static bool json_int32(const cJSON *v, int32_t *out) {
     return true;
 }
 
-/* An integer key >= min; absent -> dflt. */
-static glm53_status read_int(const scope *s, const char *key, int32_t dflt, int32_t min, int32_t *out) {
+/* An integer key in [min, max]; absent -> dflt. */
+static glm53_status read_int_range(const scope *s, const char *key, int32_t dflt, int32_t min, int32_t max,
+                                   int32_t *out) {
     const cJSON *v = get(s, key);
     if (!v) {
         *out = dflt;
@@ -103,10 +104,20 @@ static glm53_status read_int(const scope *s, const char *key, int32_t dflt, int3
     if (!json_int32(v, out)) return wrong_type(s, key, v, "an integer");
     if (*out < min)
         return GLM53_FAIL(GLM53_ERR_FORMAT, "%s: %s%s is %d, must be >= %d", s->file, s->prefix, key, *out, min);
+    if (*out > max)
+        return GLM53_FAIL(GLM53_ERR_UNSUPPORTED, "%s: %s%s is %d, must be <= %d", s->file, s->prefix, key, *out,
+                          max);
     return GLM53_OK;
 }
 
-static glm53_status read_float(const scope *s, const char *key, float dflt, float *out) {
+/* An integer key >= min; absent -> dflt. */
+static glm53_status read_int(const scope *s, const char *key, int32_t dflt, int32_t min, int32_t *out) {
+    return read_int_range(s, key, dflt, min, INT32_MAX, out);
+}
+
+/* A finite number key in [min, max] (exclusive at min when min_exclusive); absent -> dflt. */
+static glm53_status read_float_range(const scope *s, const char *key, float dflt, float min, bool min_exclusive,
+                                     float max, float *out) {
     const cJSON *v = get(s, key);
     if (!v) {
         *out = dflt;
@@ -115,6 +126,12 @@ static glm53_status read_float(const scope *s, const char *key, float dflt, floa
     if (!cJSON_IsNumber(v) || !(fabs(v->valuedouble) <= FLT_MAX))
         return wrong_type(s, key, v, "a finite number in float range");
     *out = (float)v->valuedouble;
+    if (min_exclusive ? !(*out > min) : !(*out >= min))
+        return GLM53_FAIL(GLM53_ERR_FORMAT, "%s: %s%s is %g, must be %s %g", s->file, s->prefix, key,
+                          v->valuedouble, min_exclusive ? ">" : ">=", min);
+    if (!(*out <= max))
+        return GLM53_FAIL(GLM53_ERR_FORMAT, "%s: %s%s is %g, must be <= %g", s->file, s->prefix, key,
+                          v->valuedouble, max);
     return GLM53_OK;
 }
 
@@ -335,42 +352,46 @@ static glm53_status derive_indexer_types(const scope *text, glm53_text_config *t
  */
 typedef struct int_key {
     const char *key;
-    int32_t     dflt, min;
+    int32_t     dflt, min, max;
     size_t      offset;
 } int_key;
 
-#define TEXT_INT(key, dflt, min) {#key, dflt, min, offsetof(glm53_text_config, key)}
+/* The ranges: sizes positive and far above any released model, below what the engine's int32 indexing and
+ * allocation arithmetic can hold; counts the kernels loop over bounded (a Sinkhorn of 1e9 iterations would
+ * hang the step). GLM-5.3-Flash's values are the defaults. */
+enum { SIZE_MAX_DIM = 1 << 20, SIZE_MAX_VOCAB = 1 << 24 };
+#define TEXT_INT(key, dflt, min, max) {#key, dflt, min, max, offsetof(glm53_text_config, key)}
 static const int_key text_int_keys[] = {
-    TEXT_INT(vocab_size, 154880, 1),
-    TEXT_INT(hidden_size, 4096, 1),
-    TEXT_INT(intermediate_size, 12288, 1),
-    TEXT_INT(moe_intermediate_size, 2048, 1),
-    TEXT_INT(num_experts_per_tok, 8, 1),
-    TEXT_INT(n_shared_experts, 1, 0),
-    TEXT_INT(n_group, 1, 1),
-    TEXT_INT(topk_group, 1, 1),
-    TEXT_INT(num_attention_heads, 64, 1),
-    TEXT_INT(kv_lora_rank, 512, 1),
-    TEXT_INT(qk_nope_head_dim, 256, 1),
-    TEXT_INT(qk_rope_head_dim, 0, 0),
-    TEXT_INT(v_head_dim, 256, 1),
-    TEXT_INT(index_n_heads, 32, 1),
-    TEXT_INT(index_head_dim, 128, 1),
-    TEXT_INT(index_topk, 2048, 1),
-    TEXT_INT(index_kpool, 16, 1),
-    TEXT_INT(linear_num_heads, 64, 1),
-    TEXT_INT(linear_head_dim, 128, 1),
-    TEXT_INT(linear_conv_kernel_dim, 4, 1),
-    TEXT_INT(hc_mult, 4, 1),
-    TEXT_INT(hc_sinkhorn_iters, 20, 0),
-    TEXT_INT(num_nextn_predict_layers, 0, 0),
+    TEXT_INT(vocab_size, 154880, 1, SIZE_MAX_VOCAB),
+    TEXT_INT(hidden_size, 4096, 1, 1 << 16),
+    TEXT_INT(intermediate_size, 12288, 1, SIZE_MAX_DIM),
+    TEXT_INT(moe_intermediate_size, 2048, 1, SIZE_MAX_DIM),
+    TEXT_INT(num_experts_per_tok, 8, 1, 1024),
+    TEXT_INT(n_shared_experts, 1, 0, 64),
+    TEXT_INT(n_group, 1, 1, 1 << 16),
+    TEXT_INT(topk_group, 1, 1, 1 << 16),
+    TEXT_INT(num_attention_heads, 64, 1, 4096),
+    TEXT_INT(kv_lora_rank, 512, 1, 1 << 16),
+    TEXT_INT(qk_nope_head_dim, 256, 1, 1 << 14),
+    TEXT_INT(qk_rope_head_dim, 0, 0, 1 << 14),
+    TEXT_INT(v_head_dim, 256, 1, 1 << 14),
+    TEXT_INT(index_n_heads, 32, 1, 4096),
+    TEXT_INT(index_head_dim, 128, 1, 1 << 14),
+    TEXT_INT(index_topk, 2048, 1, SIZE_MAX_DIM),
+    TEXT_INT(index_kpool, 16, 1, 64),                 /* the pool softmax keeps a pool's logits on the stack */
+    TEXT_INT(linear_num_heads, 64, 1, 4096),
+    TEXT_INT(linear_head_dim, 128, 1, 1 << 12),
+    TEXT_INT(linear_conv_kernel_dim, 4, 1, 64),
+    TEXT_INT(hc_mult, 4, 1, 16),                      /* the mHC ops keep S x S maps in fixed arrays */
+    TEXT_INT(hc_sinkhorn_iters, 20, 0, 1000),
+    TEXT_INT(num_nextn_predict_layers, 0, 0, 16),
 };
 #undef TEXT_INT
 
 static glm53_status read_int_keys(const scope *s, const int_key *keys, size_t n, void *base) {
     for (size_t i = 0; i < n; i++)
-        GLM53_TRY(read_int(s, keys[i].key, keys[i].dflt, keys[i].min,
-                           (int32_t *)((char *)base + keys[i].offset)));
+        GLM53_TRY(read_int_range(s, keys[i].key, keys[i].dflt, keys[i].min, keys[i].max,
+                                 (int32_t *)((char *)base + keys[i].offset)));
     return GLM53_OK;
 }
 
@@ -381,18 +402,19 @@ static glm53_status read_linear(const scope *text, const scope *dict, glm53_text
     const cJSON *bound = get(text, "linear_lower_bound");
     bool has_bound = !is_null(text, "linear_lower_bound");   /* absent: HF default -5.0; null: no bound */
     float bound_value = -5.0f;
-    if (bound) GLM53_TRY(read_float(text, "linear_lower_bound", -5.0f, &bound_value));
+    /* The forget gate is bound * sigmoid(...): a bound above 0 would grow the state instead of decaying it. */
+    if (bound) GLM53_TRY(read_float_range(text, "linear_lower_bound", -5.0f, -1e4f, false, 0.0f, &bound_value));
     if (dict->obj) {
-        GLM53_TRY(read_int(dict, "head_dim", t->linear_head_dim, 1, &t->linear_head_dim));
-        GLM53_TRY(read_int(dict, "num_heads", t->linear_num_heads, 1, &t->linear_num_heads));
-        GLM53_TRY(read_int(dict, "short_conv_kernel_size", t->linear_conv_kernel_dim, 1,
-                           &t->linear_conv_kernel_dim));
+        GLM53_TRY(read_int_range(dict, "head_dim", t->linear_head_dim, 1, 1 << 12, &t->linear_head_dim));
+        GLM53_TRY(read_int_range(dict, "num_heads", t->linear_num_heads, 1, 4096, &t->linear_num_heads));
+        GLM53_TRY(read_int_range(dict, "short_conv_kernel_size", t->linear_conv_kernel_dim, 1, 64,
+                                 &t->linear_conv_kernel_dim));
         const char *key = cJSON_GetObjectItemCaseSensitive(dict->obj, "gate_lower_bound") ? "gate_lower_bound"
                           : cJSON_GetObjectItemCaseSensitive(dict->obj, "lower_bound") ? "lower_bound"
                                                                                        : NULL;
         if (key) {
             has_bound = !is_null(dict, key);
-            if (has_bound) GLM53_TRY(read_float(dict, key, -5.0f, &bound_value));
+            if (has_bound) GLM53_TRY(read_float_range(dict, key, -5.0f, -1e4f, false, 0.0f, &bound_value));
         }
         const cJSON *safe_gate = cJSON_GetObjectItemCaseSensitive(dict->obj, "safe_gate");
         if ((!safe_gate || json_truthy(safe_gate)) && !has_bound) {
@@ -454,18 +476,18 @@ static glm53_status parse_text(const scope *text, const scope *root, glm53_text_
     /* n_routed_experts has the HF alias num_local_experts (attribute_map). */
     const char *experts_key = get(text, "n_routed_experts") || !get(text, "num_local_experts")
                                   ? "n_routed_experts" : "num_local_experts";
-    GLM53_TRY(read_int(text, experts_key, 288, 1, &t->n_routed_experts));
+    GLM53_TRY(read_int_range(text, experts_key, 288, 1, 1 << 16, &t->n_routed_experts));
     if (is_null(text, "q_lora_rank"))
         return GLM53_FAIL(GLM53_ERR_FORMAT, "%s: %sq_lora_rank is null; sparse attention requires a query LoRA",
                           text->file, text->prefix);
-    GLM53_TRY(read_int(text, "q_lora_rank", 1536, 1, &t->q_lora_rank));
+    GLM53_TRY(read_int_range(text, "q_lora_rank", 1536, 1, 1 << 16, &t->q_lora_rank));
     int32_t num_key_value_heads;
     GLM53_TRY(read_int(text, "num_key_value_heads", t->num_attention_heads, 1, &num_key_value_heads));
 
-    GLM53_TRY(read_float(text, "routed_scaling_factor", 2.5f, &t->routed_scaling_factor));
-    GLM53_TRY(read_float(text, "rms_norm_eps", 1e-5f, &t->rms_norm_eps));
-    GLM53_TRY(read_float(text, "swiglu_limit", 10.0f, &t->swiglu_limit));
-    GLM53_TRY(read_float(text, "hc_eps", 1e-6f, &t->hc_eps));
+    GLM53_TRY(read_float_range(text, "routed_scaling_factor", 2.5f, 0.0f, true, 1e6f, &t->routed_scaling_factor));
+    GLM53_TRY(read_float_range(text, "rms_norm_eps", 1e-5f, 0.0f, true, 1.0f, &t->rms_norm_eps));
+    GLM53_TRY(read_float_range(text, "swiglu_limit", 10.0f, 0.0f, false, 1e30f, &t->swiglu_limit));   /* 0: none */
+    GLM53_TRY(read_float_range(text, "hc_eps", 1e-6f, 0.0f, false, 1.0f, &t->hc_eps));
     GLM53_TRY(read_bool(text, "norm_topk_prob", 1, &t->norm_topk_prob));
     GLM53_TRY(read_bool(text, "index_kpool_always_select_tail", 1, &t->index_kpool_always_select_tail));
     /* In the nested form save_pretrained writes tie_word_embeddings at both levels; the text one wins. */
@@ -501,7 +523,7 @@ static glm53_status read_square_size(const scope *s, const char *key, int32_t df
     return GLM53_OK;
 }
 
-#define VISION_INT(key, dflt) {#key, dflt, 1, offsetof(glm53_vision_config, key)}
+#define VISION_INT(key, dflt) {#key, dflt, 1, 1 << 16, offsetof(glm53_vision_config, key)}
 static const int_key vision_int_keys[] = {
     VISION_INT(depth, 24),
     VISION_INT(hidden_size, 1024),
@@ -523,8 +545,8 @@ static glm53_status parse_vision(const scope *s, glm53_vision_config *v) {
     GLM53_TRY(read_square_size(s, "patch_size", 14, &v->patch_size));
     GLM53_TRY(read_square_size(s, "temporal_patch_size", 2, &v->temporal_patch_size));
     GLM53_TRY(read_bool(s, "attention_bias", 1, &v->attention_bias));
-    GLM53_TRY(read_float(s, "rms_norm_eps", 1e-5f, &v->rms_norm_eps));
-    GLM53_TRY(read_float(s, "swiglu_limit", 10.0f, &v->swiglu_limit));
+    GLM53_TRY(read_float_range(s, "rms_norm_eps", 1e-5f, 0.0f, true, 1.0f, &v->rms_norm_eps));
+    GLM53_TRY(read_float_range(s, "swiglu_limit", 10.0f, 0.0f, false, 1e30f, &v->swiglu_limit));
     if (v->hidden_size % v->num_heads != 0)
         return GLM53_FAIL(GLM53_ERR_FORMAT, "%s: %shidden_size %d is not divisible by num_heads %d", s->file,
                           s->prefix, v->hidden_size, v->num_heads);
@@ -588,6 +610,13 @@ static glm53_status parse_model(const cJSON *json, const char *file, glm53_model
     GLM53_TRY(read_int(&root, "image_end_token_id", 154831, 0, &c->image_end_token_id));
     GLM53_TRY(read_int(&root, "video_start_token_id", 154832, 0, &c->video_start_token_id));
     GLM53_TRY(read_int(&root, "video_end_token_id", 154833, 0, &c->video_end_token_id));
+    /* A pad id the file names must be a row of the embedding. (The image/video ids are not checked here: random
+     * tiny checkpoints of transformers keep the real ids with a toy vocabulary and are fine for text; an image
+     * prompt with ids outside the vocabulary fails in the step, which checks every token id.) */
+    const glm53_text_config *t = &c->text;
+    if (get(&text, "pad_token_id") && t->pad_token_id >= t->vocab_size)
+        return GLM53_FAIL(GLM53_ERR_FORMAT, "%s: %spad_token_id is %d, outside the vocabulary [0, %d)", file,
+                          text.prefix, t->pad_token_id, t->vocab_size);
     return parse_quantization(&root, &text, &c->fp8_block_rows, &c->fp8_block_cols);
 }
 
