@@ -129,10 +129,29 @@ end
 
 -- Appends rows for seq: tokens is a Lua array of ids, or a cdata int32_t* with count n. outputs: "last"
 -- (default) or "all" rows of this sequence produce logits.
+-- Bytes a cdata buffer is known to hold (an array: its size; a pointer: unknown, nil).
+local function known_bytes(buf)
+    if type(buf) ~= "cdata" then return nil end
+    local ok, size = pcall(ffi.sizeof, buf)
+    if not ok or not size then return nil end
+    if tostring(ffi.typeof(buf)):find("%*") then return nil end   -- a pointer: its size is not the buffer's
+    return size
+end
+M._known_bytes = known_bytes
+
 function Batch:add(seq, tokens, outputs, n)
     if not sequence.is_seq(seq) then error("batch:add: seq must be a sequence", 2) end
     local count = type(tokens) == "table" and #tokens or n
-    if type(count) ~= "number" or count < 1 then error("batch:add: need at least one token", 2) end
+    if type(count) ~= "number" or count < 1 or count % 1 ~= 0 then
+        error("batch:add: need at least one token (a whole number)", 2)
+    end
+    if type(tokens) ~= "table" then
+        if type(tokens) ~= "cdata" then error("batch:add: tokens must be a Lua array or an int32_t buffer", 2) end
+        local bytes = known_bytes(tokens)
+        if bytes and count * 4 > bytes then
+            error(string.format("batch:add: %d tokens asked for, the buffer holds %d", count, bytes / 4), 2)
+        end
+    end
     if self.n_seqs >= self.cap_seqs then error("batch:add: batch holds at most " .. self.cap_seqs .. " sequences", 2) end
     if self.total + count > self.cap_rows then error("batch:add: batch holds at most " .. self.cap_rows .. " rows", 2) end
     local all = outputs == "all"
@@ -177,12 +196,20 @@ end
 
 -- Output row i (0-based, in add order): float* [vocab] (nil for a batch made with logits = false). Valid until
 -- the next step on this batch.
+-- Checks an output row index against the rows this batch asks for.
+local function output_row(self, i, what)
+    if type(i) ~= "number" or i % 1 ~= 0 or i < 0 or i >= self.n_out then
+        error(string.format("batch:%s: output row %s is outside [0, %d)", what, tostring(i), self.n_out), 3)
+    end
+    return i
+end
+
 function Batch:logits(i)
-    return self.logits_buf and self.logits_buf + i * self.model.vocab_size or nil
+    return self.logits_buf and self.logits_buf + output_row(self, i, "logits") * self.model.vocab_size or nil
 end
 
 function Batch:hidden(i)
-    return self.hidden_buf and self.hidden_buf + i * self.model.hidden_size or nil
+    return self.hidden_buf and self.hidden_buf + output_row(self, i, "hidden") * self.model.hidden_size or nil
 end
 
 -- Points the batch's C structs at its buffers, after checking it belongs to this model (`what` names the caller).
@@ -190,6 +217,13 @@ local function prepare(self, batch, what)
     if getmetatable(batch) ~= Batch or batch.model ~= self then error(what .. ": not a batch of this model", 3) end
     if batch.n_seqs == 0 then error(what .. ": empty batch", 3) end
     if batch.in_flight then error(what .. ": the batch has an async step in flight (take its completion first)", 3) end
+    for i, seq in ipairs(batch.seq_objs) do
+        -- A sequence freed after batch:add: refused here by its Lua object, before C could see a reused address.
+        if seq._h == nil then
+            return nil, "GLM53_ERR_INVALID_ARG: " .. what .. ": sequence " .. i .. " of the batch was freed after " ..
+                        "batch:add"
+        end
+    end
     local c, out = batch.c, batch.out
     c.n_seqs = batch.n_seqs
     c.seqs = batch.seq_ptrs
@@ -205,6 +239,7 @@ end
 -- Runs one step over the batch. Returns true, or nil and an error (nothing changed on error).
 function Model:step(batch)
     local c, out = prepare(self, batch, "model:step")
+    if not c then return nil, out end
     return core.check(C.glm53_model_step(model_handle(self), c, out))
 end
 
@@ -220,6 +255,12 @@ function Model:mtp_step(batch, layer, hidden_in)
     if type(layer) ~= "number" then error("model:mtp_step: layer must be a number", 2) end
     if hidden_in == nil then error("model:mtp_step: hidden_in is required", 2) end
     local c, out = prepare(self, batch, "model:mtp_step")
+    if not c then return nil, out end
+    local bytes = known_bytes(hidden_in)
+    if bytes and bytes < batch.total * self.hidden_size * 4 then
+        error(string.format("model:mtp_step: hidden_in holds %d rows, the batch has %d", bytes / (self.hidden_size * 4),
+                            batch.total), 2)
+    end
     return core.check(C.glm53_model_mtp_step(model_handle(self), layer, c, hidden_in, out))
 end
 
@@ -232,6 +273,7 @@ end
 function Model:submit(batch, opts)
     opts = opts or {}
     local c, out = prepare(self, batch, "model:submit")
+    if not c then return nil, out end
     local layer = opts.mtp_layer
     if layer ~= nil and (type(layer) ~= "number" or opts.hidden_in == nil) then
         error("model:submit: mtp_layer must be a number and comes with hidden_in", 2)
