@@ -53,7 +53,15 @@ glm53_status cuda_smem_optin(cuda_backend *cb, const void *kernel, size_t bytes,
     if (bytes > (size_t)cb->smem_optin)
         return GLM53_FAIL(GLM53_ERR_UNSUPPORTED, "cuda %s: needs %zu bytes of shared memory per block, the device "
                           "allows %d", what, bytes, cb->smem_optin);
+    /* Set once per kernel and size: a steady-state step (and a captured one) makes no attribute calls. */
+    int32_t slot = -1;
+    for (int32_t i = 0; i < cb->n_smem_opted && slot < 0; i++)
+        if (cb->smem_opted[i].kernel == kernel) slot = i;
+    if (slot >= 0 && cb->smem_opted[slot].bytes >= bytes) return GLM53_OK;
     CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    if (slot < 0 && cb->n_smem_opted < (int32_t)(sizeof cb->smem_opted / sizeof cb->smem_opted[0]))
+        slot = cb->n_smem_opted++;
+    if (slot >= 0) cb->smem_opted[slot] = {kernel, bytes};
     return GLM53_OK;
 }
 

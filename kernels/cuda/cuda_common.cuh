@@ -63,6 +63,8 @@ struct cuda_backend {
     cuda_fault     *fault_host;         /* pinned, read back by sync / download */
     int32_t         smem_optin;         /* most dynamic shared memory one block may opt in to, bytes */
     bool            capturing;          /* between capture_begin and capture_end */
+    struct { const void *kernel; size_t bytes; } smem_opted[32];   /* kernels already opted in, and how far */
+    int32_t         n_smem_opted;
     glm53_backend_counters counters;    /* cudaMallocs and host waits since creation (the test hook) */
 };
 
