@@ -70,7 +70,7 @@
 /* The version of the binary interface below: bumped whenever a struct layout, an enum value or a signature of
  * the API region changes. The Lua package checks glm53_abi_version() against the version its cdef was generated
  * from, so a stale libglm53.so is refused at load instead of corrupting memory. */
-#define GLM53_ABI_VERSION 3
+#define GLM53_ABI_VERSION 4
 
 #ifdef __cplusplus
 extern "C" {
@@ -241,7 +241,15 @@ typedef struct glm53_seq_params {
     int64_t max_tokens;        /* tokens the sequence can hold; its cache memory is reserved up front */
     int32_t max_rollback;      /* how many of the latest tokens truncate/fork can go back over (KDA state
                                   snapshots kept per token); speculative decoding needs at least K + 1 */
+    int32_t capture;           /* glm53_capture_flags: what steps record for this sequence; 0 (the default):
+                                  nothing, and nothing is spent on it */
 } glm53_seq_params;
+
+/* Research capture: per token of a sequence, what the routing and the selection chose (glm53_seq_capture_*). */
+typedef enum glm53_capture_flags {
+    GLM53_CAPTURE_EXPERTS   = 1,   /* every MoE layer: the routed expert ids and their weights */
+    GLM53_CAPTURE_SELECTION = 2,   /* every sparse MLA layer with a full indexer: the positions each token attends */
+} glm53_capture_flags;
 
 GLM53_API glm53_model_params glm53_model_default_params(void);
 GLM53_API glm53_seq_params   glm53_seq_default_params(void);
@@ -263,6 +271,21 @@ GLM53_API int64_t      glm53_seq_length(const glm53_seq *seq);
 GLM53_API int64_t      glm53_seq_capacity(const glm53_seq *seq);
 GLM53_API int64_t      glm53_seq_cache_bytes(const glm53_seq *seq);
 GLM53_API void         glm53_seq_free(glm53_seq *seq);
+
+/* What a sequence made with a capture flag recorded for `layer` (main layers 0 .. num_hidden_layers-1, MTP
+ * layer i as num_hidden_layers + i), one row per position of that layer's cache, rows [0, *n_positions):
+ *   experts:   ids[n, k] I32 (in the router's order: best first) and weights[n, k] F32 (after normalisation
+ *              and routed_scaling_factor, as the experts are summed; -1 / 0 for an unused slot);
+ *   selection: positions[n, width] I32, the attended positions in the order attention sums them (the chosen
+ *              pools ascending, then the open pool), -1 padded. A layer with a "shared" indexer attends the
+ *              previous full layer's selection and records nothing of its own.
+ * The pointers stay valid until the sequence is freed; later steps overwrite the rows they recompute (after a
+ * rollback, rows past the length are stale and outside *n_positions). GLM53_ERR_UNSUPPORTED when the layer has
+ * no such block or the sequence was made without the flag. A fork copies the capture of the positions it keeps. */
+GLM53_API glm53_status glm53_seq_capture_experts(const glm53_seq *seq, int32_t layer, const int32_t **ids,
+                                                 const float **weights, int32_t *k, int64_t *n_positions);
+GLM53_API glm53_status glm53_seq_capture_selection(const glm53_seq *seq, int32_t layer, const int32_t **positions,
+                                                   int32_t *width, int64_t *n_positions);
 
 /* One step: every sequence in the batch receives its new rows (tokens, or embeddings for image/video rows).
  * Rows are concatenated sequence by sequence. Prefill, chunked prefill, decode and speculative verification

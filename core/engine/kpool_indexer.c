@@ -74,6 +74,8 @@ void kpool_indexer_forward(step_ctx *sc, const kpool_indexer_weights *w, int lay
             OP(be->ops->kpool_score(be, scores, &Qr, &wr, &pooled, s->n_closed, 1.0f / sqrtf((float)dI)));
         }
         OP(be->ops->kpool_select(be, s->idx, scores, s->pos, (int32_t)P, (int32_t)n_select, with_tail));
+        if (lc->cap_positions)   /* research capture: this sequence asked for its selections (a download) */
+            OP(be->ops->download(be, lc->cap_positions + pos0 * s->idx->shape[1], s->idx));
         if (G1 > n_select) trace(sc, layer, "kpool_scores", scores);
         glm53_plan_reset(sc->plan, mark);
     }

@@ -122,6 +122,10 @@ typedef struct {
     glm53_tensor latent;         /* sparse_mla: normalised MLA latent rows [cap, R] */
     glm53_tensor kappa, sigma;   /* kpool_indexer: raw indexer keys / pool gate scores [cap, dI] */
     glm53_tensor pooled;         /* kpool_indexer: pooled keys of closed pools [cap / P + 1, dI] F32 */
+    /* research capture (glm53_seq_params.capture), host memory, one row per position of this layer's cache */
+    int32_t     *cap_ids;        /* moe: [cap, k] routed expert ids */
+    float       *cap_weights;    /* moe: [cap, k] their weights */
+    int32_t     *cap_positions;  /* kpool_indexer: [cap, W] selected positions */
 } layer_cache;
 
 struct glm53_seq {

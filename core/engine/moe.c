@@ -72,6 +72,20 @@ void mlp_forward(step_ctx *sc, const mlp_weights *w, const glm53_tensor *xn, glm
     OP(be->ops->matmul(be, y, h, &w->down));
 }
 
+/* Research capture: the routed ids and weights of the rows of every sequence that asked for them, into its rows
+ * by position. A download per sequence (a wait for the device): only sequences made with the flag pay. */
+static void capture_routing(step_ctx *sc, const glm53_tensor *ids, const glm53_tensor *wts) {
+    int64_t K = ids->shape[1];
+    for (int32_t i = 0; i < sc->n_seqs && sc->st == GLM53_OK; i++) {
+        const seq_slice *s = &sc->slices[i];
+        layer_cache *lc = &s->seq->layers[sc->layer];
+        if (!lc->cap_ids) continue;
+        glm53_tensor id_rows = rows(ids, s->row0, s->n_rows), wt_rows = rows(wts, s->row0, s->n_rows);
+        OP(sc->be->ops->download(sc->be, lc->cap_ids + s->pos0 * K, &id_rows));
+        OP(sc->be->ops->download(sc->be, lc->cap_weights + s->pos0 * K, &wt_rows));
+    }
+}
+
 void moe_forward(step_ctx *sc, const moe_weights *w, const glm53_tensor *xn, glm53_tensor *y) {
     glm53_backend *be = sc->be;
     const glm53_text_config *c = &sc->m->config.text;
@@ -81,6 +95,7 @@ void moe_forward(step_ctx *sc, const moe_weights *w, const glm53_tensor *xn, glm
     OP(be->ops->matmul(be, logits, xn, &w->router));
     OP(be->ops->moe_route(be, ids, wts, logits, &w->bias, c->n_group, c->topk_group, c->norm_topk_prob,
                           c->routed_scaling_factor));
+    capture_routing(sc, ids, wts);
     OP(be->ops->moe_experts(be, y, xn, ids, wts, &w->experts, c->swiglu_limit));
     trace(sc, sc->layer, "moe_logits", logits);
     trace(sc, sc->layer, "moe_weights", wts);

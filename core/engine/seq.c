@@ -29,6 +29,9 @@ static void seq_release(glm53_seq *s) {
                                    &lc->kappa, &lc->sigma, &lc->pooled};
             for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
                 if (all[i]->data) be->ops->release(be, all[i]);
+            free(lc->cap_ids);
+            free(lc->cap_weights);
+            free(lc->cap_positions);
         }
     }
     free(s->layers);
@@ -44,6 +47,38 @@ static glm53_status cache_tensor(glm53_seq *s, glm53_tensor *t, int dtype, int n
     *t = (glm53_tensor){.dtype = dtype, .device = be->device, .ndim = ndim, .shape = {d0, d1, d2, d3}};
     GLM53_TRY(be->ops->alloc(be, t));
     return GLM53_OK;
+}
+
+/* Selection width of a sparse MLA layer: index_topk positions, plus the open pool's up to P-1. */
+static int64_t selection_width(const glm53_text_config *c) {
+    return c->index_topk + (c->index_kpool_always_select_tail ? c->index_kpool - 1 : 0);
+}
+
+/* The layers' capture rows (host memory; not part of the cache budget, which is the backend's memory). */
+static glm53_status alloc_capture(glm53_seq *s) {
+    const glm53_model *m = s->model;
+    const glm53_text_config *c = &m->config.text;
+    size_t cap = (size_t)s->params.max_tokens, k = (size_t)c->num_experts_per_tok, W = (size_t)selection_width(c);
+    for (int l = 0; l < c->num_hidden_layers + m->n_mtp; l++) {
+        layer_cache *lc = &s->layers[l];
+        bool main_layer = l < c->num_hidden_layers;
+        bool moe = !main_layer || c->mlp_types[l] == GLM53_MLP_MOE;
+        bool indexer = !main_layer || (c->layer_types[l] == GLM53_LAYER_SPARSE_MLA &&
+                                       c->indexer_types[l] == GLM53_INDEXER_FULL);
+        if (moe && (s->params.capture & GLM53_CAPTURE_EXPERTS)) {
+            lc->cap_ids = calloc(cap * k, sizeof *lc->cap_ids);
+            lc->cap_weights = calloc(cap * k, sizeof *lc->cap_weights);
+            if (!lc->cap_ids || !lc->cap_weights) goto oom;
+        }
+        if (indexer && (s->params.capture & GLM53_CAPTURE_SELECTION)) {
+            lc->cap_positions = calloc(cap * W, sizeof *lc->cap_positions);
+            if (!lc->cap_positions) goto oom;
+        }
+    }
+    return GLM53_OK;
+oom:
+    return GLM53_FAIL(GLM53_ERR_OUT_OF_MEMORY, "seq_create: no host memory to capture %lld positions",
+                      (long long)cap);
 }
 
 /* The bytes a sequence with these parameters reserves, without allocating (for the budget check). */
@@ -71,6 +106,8 @@ glm53_status glm53_seq_alloc(glm53_model *m, const glm53_seq_params *params, glm
     if (p.max_tokens < 1 || p.max_rollback < 0)
         return GLM53_FAIL(GLM53_ERR_INVALID_ARG, "seq_create: max_tokens must be >= 1 and max_rollback >= 0 "
                           "(got %lld, %d)", (long long)p.max_tokens, p.max_rollback);
+    if (p.capture & ~(GLM53_CAPTURE_EXPERTS | GLM53_CAPTURE_SELECTION))
+        return GLM53_FAIL(GLM53_ERR_INVALID_ARG, "seq_create: capture flags 0x%x include unknown bits", p.capture);
     int32_t ring = p.max_rollback + 1, conv_width = c->linear_conv_kernel_dim - 1 + p.max_rollback;
     if (conv_width < 1) conv_width = 1;
     int64_t need = seq_bytes(m, p.max_tokens, ring, conv_width);
@@ -139,6 +176,7 @@ glm53_status glm53_seq_alloc(glm53_model *m, const glm53_seq_params *params, glm
         else st = GLM53_FAIL(GLM53_ERR_OUT_OF_MEMORY, "no memory for the list of sequences");
         pthread_mutex_unlock(&m->lock);
     }
+    if (st == GLM53_OK && p.capture) st = alloc_capture(s);
     if (st != GLM53_OK) {
         if (s) seq_release(s);
         pthread_mutex_lock(&m->lock);
@@ -198,6 +236,15 @@ glm53_status glm53_seq_fork(const glm53_seq *src, int64_t n_tokens, glm53_seq **
     if (st != GLM53_OK) {
         glm53_seq_free(dst);
         return st;
+    }
+    /* The capture of the positions the fork keeps (host rows, like the caches they describe). */
+    const glm53_text_config *c = &src->model->config.text;
+    size_t k = (size_t)c->num_experts_per_tok, W = (size_t)selection_width(c), rows = (size_t)n_tokens;
+    for (int l = 0; l < n; l++) {
+        layer_cache *a = &src->layers[l], *b = &dst->layers[l];
+        if (a->cap_ids) memcpy(b->cap_ids, a->cap_ids, rows * k * sizeof *a->cap_ids);
+        if (a->cap_weights) memcpy(b->cap_weights, a->cap_weights, rows * k * sizeof *a->cap_weights);
+        if (a->cap_positions) memcpy(b->cap_positions, a->cap_positions, rows * W * sizeof *a->cap_positions);
     }
     memcpy(dst->state_len, src->state_len, (size_t)src->ring * sizeof *src->state_len);
     memcpy(dst->conv_pos, src->conv_pos, (size_t)src->conv_width * sizeof *src->conv_pos);
@@ -294,4 +341,49 @@ void glm53_seq_free(glm53_seq *seq) {
     seq->free_requested = true;
     pthread_mutex_unlock(&m->lock);
     if (!defer) seq_destroy(seq);
+}
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Research capture (glm53.h: glm53_seq_capture_*)
+ */
+static glm53_status capture_layer(const glm53_seq *seq, int32_t layer, const char *what, const layer_cache **lc,
+                                  int64_t *n_positions) {
+    if (!seq) return GLM53_FAIL(GLM53_ERR_INVALID_ARG, "%s: seq is NULL", what);
+    const glm53_model *m = seq->model;
+    int32_t L = m->config.text.num_hidden_layers;
+    if (layer < 0 || layer >= L + m->n_mtp)
+        return GLM53_FAIL(GLM53_ERR_OUT_OF_RANGE, "%s: layer %d is outside [0, %d)", what, layer, L + m->n_mtp);
+    *lc = &seq->layers[layer];
+    *n_positions = layer < L ? seq->length : seq->mtp_length[layer - L];
+    return GLM53_OK;
+}
+
+glm53_status glm53_seq_capture_experts(const glm53_seq *seq, int32_t layer, const int32_t **ids,
+                                       const float **weights, int32_t *k, int64_t *n_positions) {
+    const layer_cache *lc;
+    int64_t n;
+    GLM53_TRY(capture_layer(seq, layer, "seq_capture_experts", &lc, &n));
+    if (!lc->cap_ids)
+        return GLM53_FAIL(GLM53_ERR_UNSUPPORTED, "seq_capture_experts: layer %d has no capture of routed experts "
+                          "(not an MoE layer, or the sequence was made without GLM53_CAPTURE_EXPERTS)", layer);
+    if (ids) *ids = lc->cap_ids;
+    if (weights) *weights = lc->cap_weights;
+    if (k) *k = seq->model->config.text.num_experts_per_tok;
+    if (n_positions) *n_positions = n;
+    return GLM53_OK;
+}
+
+glm53_status glm53_seq_capture_selection(const glm53_seq *seq, int32_t layer, const int32_t **positions,
+                                         int32_t *width, int64_t *n_positions) {
+    const layer_cache *lc;
+    int64_t n;
+    GLM53_TRY(capture_layer(seq, layer, "seq_capture_selection", &lc, &n));
+    if (!lc->cap_positions)
+        return GLM53_FAIL(GLM53_ERR_UNSUPPORTED, "seq_capture_selection: layer %d has no capture of selections "
+                          "(not a sparse MLA layer with a full indexer, or the sequence was made without "
+                          "GLM53_CAPTURE_SELECTION)", layer);
+    if (positions) *positions = lc->cap_positions;
+    if (width) *width = (int32_t)selection_width(&seq->model->config.text);
+    if (n_positions) *n_positions = n;
+    return GLM53_OK;
 }

@@ -12,6 +12,15 @@ state of the target layers and of each MTP layer). Model:seq makes one; batches 
     assert(seq:truncate(3))                                     -- back to the first 3 positions
     other:free(); seq:free()                                    -- or leave them to the GC
 
+Research capture: a sequence made with `capture = { experts = true, selection = true }` records, per position,
+the routed experts of every MoE layer and the selected positions of every sparse MLA layer with an indexer:
+
+    local cap = assert(seq:captured_experts(layer))      -- {ids = int32_t*, weights = float*, k = 8, n = positions}
+    for p = 0, cap.n - 1 do print(p, cap.ids[p * cap.k], cap.weights[p * cap.k]) end
+    local sel = assert(seq:captured_selection(layer))    -- {positions = int32_t* [n, width] (-1 padded), width, n}
+
+The pointers point into the sequence (no copy) and stay valid until it is freed.
+
 Argument errors raise; runtime failures (cache full, truncation beyond the rollback window) return nil, err.
 ]]
 local core = require("glm53.ffi.core")
@@ -23,12 +32,20 @@ local Seq = {}
 Seq.__index = Seq
 
 -- A new sequence of model m (a glm53.engine.model Model) whose C handle is model_h; Model:seq calls this.
--- opts: max_tokens (default 4096), max_rollback (default 16).
+-- opts: max_tokens (default 4096), max_rollback (default 16), capture ({ experts = bool, selection = bool }).
 function M.create(m, model_h, opts)
     opts = opts or {}
     local p = C.glm53_seq_default_params()
     if opts.max_tokens ~= nil then p.max_tokens = opts.max_tokens end
     if opts.max_rollback ~= nil then p.max_rollback = opts.max_rollback end
+    if opts.capture ~= nil then
+        local cap = opts.capture
+        if type(cap) ~= "table" then error("seq: capture must be a table { experts = bool, selection = bool }", 3) end
+        for k in pairs(cap) do
+            if k ~= "experts" and k ~= "selection" then error("seq: unknown capture option '" .. tostring(k) .. "'", 3) end
+        end
+        p.capture = (cap.experts and C.GLM53_CAPTURE_EXPERTS or 0) + (cap.selection and C.GLM53_CAPTURE_SELECTION or 0)
+    end
     local out = ffi.new("glm53_seq *[1]")
     local ok, err = core.check(C.glm53_seq_create(model_h, p, out))
     if not ok then return nil, err end
@@ -72,6 +89,27 @@ end
 function Seq:mtp_truncate(layer, n)
     if type(layer) ~= "number" or type(n) ~= "number" then error("seq:mtp_truncate: layer and n must be numbers", 2) end
     return core.check(C.glm53_seq_mtp_truncate(seq_handle(self), layer, n))
+end
+
+local cap_ids, cap_weights = ffi.new("const int32_t *[1]"), ffi.new("const float *[1]")
+local cap_positions, cap_width, cap_n = ffi.new("const int32_t *[1]"), ffi.new("int32_t[1]"), ffi.new("int64_t[1]")
+
+-- The routed experts this sequence recorded for `layer` (0-based; MTP layer i is num_hidden_layers + i):
+-- { ids = int32_t* [n, k], weights = float* [n, k], k = k, n = positions }, or nil, err.
+function Seq:captured_experts(layer)
+    if type(layer) ~= "number" then error("seq:captured_experts: layer must be a number", 2) end
+    local ok, err = core.check(C.glm53_seq_capture_experts(seq_handle(self), layer, cap_ids, cap_weights, cap_width,
+                                                            cap_n))
+    if not ok then return nil, err end
+    return { ids = cap_ids[0], weights = cap_weights[0], k = cap_width[0], n = tonumber(cap_n[0]) }
+end
+
+-- The selected positions this sequence recorded for `layer`: { positions = int32_t* [n, width], width, n }.
+function Seq:captured_selection(layer)
+    if type(layer) ~= "number" then error("seq:captured_selection: layer must be a number", 2) end
+    local ok, err = core.check(C.glm53_seq_capture_selection(seq_handle(self), layer, cap_positions, cap_width, cap_n))
+    if not ok then return nil, err end
+    return { positions = cap_positions[0], width = cap_width[0], n = tonumber(cap_n[0]) }
 end
 
 function Seq:free()

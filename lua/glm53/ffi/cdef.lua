@@ -4,7 +4,7 @@
 --     local def = require("glm53.ffi.cdef")
 --     ffi.cdef(def.cdef)   -- then C.glm53_abi_version() must equal def.abi_version
 return {
-    abi_version = 3,
+    abi_version = 4,
     cdef = [==[
 typedef enum glm53_status {
     GLM53_OK                = 0,
@@ -113,7 +113,12 @@ typedef struct glm53_model_params {
 typedef struct glm53_seq_params {
     int64_t max_tokens;
     int32_t max_rollback;
+    int32_t capture;
 } glm53_seq_params;
+typedef enum glm53_capture_flags {
+    GLM53_CAPTURE_EXPERTS   = 1,
+    GLM53_CAPTURE_SELECTION = 2,
+} glm53_capture_flags;
 glm53_model_params glm53_model_default_params(void);
 glm53_seq_params   glm53_seq_default_params(void);
 glm53_status glm53_model_load(const char *path, const glm53_model_params *params, glm53_model **out);
@@ -128,6 +133,10 @@ int64_t      glm53_seq_length(const glm53_seq *seq);
 int64_t      glm53_seq_capacity(const glm53_seq *seq);
 int64_t      glm53_seq_cache_bytes(const glm53_seq *seq);
 void         glm53_seq_free(glm53_seq *seq);
+glm53_status glm53_seq_capture_experts(const glm53_seq *seq, int32_t layer, const int32_t **ids,
+                                                 const float **weights, int32_t *k, int64_t *n_positions);
+glm53_status glm53_seq_capture_selection(const glm53_seq *seq, int32_t layer, const int32_t **positions,
+                                                   int32_t *width, int64_t *n_positions);
 typedef struct glm53_batch {
     int32_t         n_seqs;
     glm53_seq     **seqs;
