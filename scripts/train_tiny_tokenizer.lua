@@ -249,15 +249,18 @@ local function spell(id) return (bytes_of[id]:gsub(".", function(c) return byte_
 
 local first_added = 256 + N_MERGES
 local function enc(v) return (cjson.encode(v):gsub("\\/", "/")) end
+-- One line per added token: fmt gets the id, the JSON-encoded content, "true"/"false" for special, and "," or "".
+local function added_lines(emit, fmt)
+    for k, content in ipairs(ADDED) do
+        emit(fmt:format(first_added + k - 1, enc(content), k <= N_SPECIAL and "true" or "false",
+                        k < #ADDED and "," or ""))
+    end
+end
 local out = {}
 local function w(s) out[#out + 1] = s end
 w('{\n  "version": "1.0",\n  "truncation": null,\n  "padding": null,\n  "added_tokens": [\n')
-for k, content in ipairs(ADDED) do
-    w(('    {"id": %d, "content": %s, "single_word": false, "lstrip": false, "rstrip": false, ' ..
-       '"normalized": false, "special": %s}%s\n'):format(first_added + k - 1, enc(content),
-                                                         k <= N_SPECIAL and "true" or "false",
-                                                         k < #ADDED and "," or ""))
-end
+added_lines(w, '    {"id": %d, "content": %s, "single_word": false, "lstrip": false, "rstrip": false, ' ..
+               '"normalized": false, "special": %s}%s\n')
 w('  ],\n  "normalizer": null,\n')
 w('  "pre_tokenizer": {"type": "Sequence", "pretokenizers": [\n')
 w('    {"type": "Split", "pattern": {"Regex": ' .. enc(SPLIT) .. '}, "behavior": "Isolated", "invert": false},\n')
@@ -292,12 +295,8 @@ if opt.config then
     local c = {}
     local function cw(s) c[#c + 1] = s end
     cw('{\n  "added_tokens_decoder": {\n')
-    for k, content in ipairs(ADDED) do
-        cw(('    "%d": {"content": %s, "lstrip": false, "normalized": false, "rstrip": false, ' ..
-            '"single_word": false, "special": %s}%s\n'):format(first_added + k - 1, enc(content),
-                                                                k <= N_SPECIAL and "true" or "false",
-                                                                k < #ADDED and "," or ""))
-    end
+    added_lines(cw, '    "%d": {"content": %s, "lstrip": false, "normalized": false, "rstrip": false, ' ..
+                    '"single_word": false, "special": %s}%s\n')
     cw('  },\n')
     cw('  "chat_template": ' .. enc(template) .. ',\n')
     cw('  "clean_up_tokenization_spaces": false,\n')

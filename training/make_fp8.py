@@ -18,7 +18,6 @@ import hashlib
 import json
 import os
 import shutil
-import struct
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -26,41 +25,11 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
 import model_config as mc  # noqa: E402
+import st_io  # noqa: E402
 
 mf = mc.mf
 QUANT_CONFIG = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
                 "weight_block_size": [mf.FP8_BLOCK, mf.FP8_BLOCK]}
-
-
-def read_safetensors(path):
-    """-> (ordered list of (name, dtype, shape, raw bytes), metadata)."""
-    with open(path, "rb") as f:
-        (n,) = struct.unpack("<Q", f.read(8))
-        hdr = json.loads(f.read(n))
-        base = 8 + n
-        meta = hdr.pop("__metadata__", None)
-        out = []
-        for name, v in sorted(hdr.items(), key=lambda kv: kv[1]["data_offsets"][0]):
-            s, e = v["data_offsets"]
-            f.seek(base + s)
-            out.append((name, v["dtype"], v["shape"], f.read(e - s)))
-    return out, meta
-
-
-def write_safetensors(path, tensors, meta):
-    header, off = {}, 0
-    for name, dt, shape, raw in tensors:
-        header[name] = {"dtype": dt, "shape": list(shape), "data_offsets": [off, off + len(raw)]}
-        off += len(raw)
-    if meta:
-        header["__metadata__"] = meta
-    hb = json.dumps(header, separators=(",", ":")).encode()
-    hb += b" " * (-len(hb) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(hb)))
-        f.write(hb)
-        for _, _, _, raw in tensors:
-            f.write(raw)
 
 
 def to_f32(np, dt, shape, raw):
@@ -89,7 +58,7 @@ def convert(src, out):
     if "quantization_config" in config:
         raise SystemExit(f"{src} is already quantised")
     names = fp8_names(config)
-    tensors, meta = read_safetensors(os.path.join(src, "model.safetensors"))
+    tensors, meta = st_io.read(os.path.join(src, "model.safetensors"))
     have = {t[0] for t in tensors}
     missing = sorted(names - have)
     if missing:
@@ -113,7 +82,7 @@ def convert(src, out):
         shutil.rmtree(out)
     os.makedirs(out)
     new.sort(key=lambda t: t[0])
-    write_safetensors(os.path.join(out, "model.safetensors"), new, meta)
+    st_io.write(os.path.join(out, "model.safetensors"), new, meta)
     config["quantization_config"] = QUANT_CONFIG
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump(config, f, indent=2, sort_keys=True)

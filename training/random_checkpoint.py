@@ -23,6 +23,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import model_config as mc  # noqa: E402
+import st_io  # noqa: E402
 
 mf = mc.mf
 
@@ -61,22 +62,6 @@ def tensor_bytes(rng, name, shape, dtype, pools):
     return vals.tobytes()
 
 
-def write_safetensors(path, tensors):
-    """tensors: list of (name, shape, dtype, bytes)."""
-    header, offset = {}, 0
-    for name, shape, dtype, data in tensors:
-        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + len(data)]}
-        offset += len(data)
-    header["__metadata__"] = {"format": "pt"}
-    hb = json.dumps(header, separators=(",", ":")).encode()
-    hb += b" " * (-len(hb) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(hb)))
-        f.write(hb)
-        for _, _, _, data in tensors:
-            f.write(data)
-
-
 def config_json(s):
     t = dict(s["text"], model_type="glm5_next_text", num_nextn_predict_layers=s["mtp_layers"])
     v = dict(s["vision"], model_type="glm5_next_vision")
@@ -90,9 +75,9 @@ def write(out, size="full", seed=0):
     pools = dict(bf16=[bf16_bits(rng.gauss(0.0, 0.05)) for _ in range(4096)],
                  f32=[rng.gauss(0.0, 0.05) for _ in range(4096)])
     ex = mf.expected_tensors(s)
-    tensors = [(name, shape, dt, tensor_bytes(rng, name, shape, dt, pools)) for name, (shape, dt) in sorted(ex.items())]
+    tensors = [(name, dt, shape, tensor_bytes(rng, name, shape, dt, pools)) for name, (shape, dt) in sorted(ex.items())]
     os.makedirs(out, exist_ok=True)
-    write_safetensors(os.path.join(out, "model.safetensors"), tensors)
+    st_io.write(os.path.join(out, "model.safetensors"), tensors, {"format": "pt"})
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump(config_json(s), f, indent=2, sort_keys=True)
         f.write("\n")
