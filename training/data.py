@@ -356,10 +356,20 @@ def gen_retrieval(rng, split="train", tokens=None):
     j = rng.randrange(n)
     head = rng.choice(["Here is a list of codes.", "Read the list of codes below.", "Codes:"])
     q = rng.choice(["What is the code of {k}?", "What is the code for {k}?", "Tell me the code of {k}."]).format(k=keys[j])
-    user = head + "\n" + "\n".join(lines) + "\n" + q + " Answer with the number only."
+    ask = [j]
+    # training items may ask for up to 4 codes at once: more lookups per long context (held-out items ask one)
+    extra = rng.choice([0, 0, 1, 2, 3]) if split == "train" else 0
+    if extra:
+        ask += rng.sample([i for i in range(n) if i != j], min(extra, n - 1))
+        q = "What are the codes of " + ", ".join(keys[i] for i in ask[:-1]) + f" and {keys[ask[-1]]}?"
+        tail = " Answer with the numbers only, in this order, separated by commas."
+    else:
+        tail = " Answer with the number only."
+    user = head + "\n" + "\n".join(lines) + "\n" + q + tail
+    answer = ", ".join(str(vals[i]) for i in ask)
     key = hashlib.sha1(user.encode()).hexdigest()
-    return dict(key=key, messages=[{"role": "user", "content": user}, {"role": "assistant", "content": str(vals[j])}],
-                answer=str(vals[j]), meta=dict(lines=n, position=j, query=keys[j], target_tokens=tokens))
+    return dict(key=key, messages=[{"role": "user", "content": user}, {"role": "assistant", "content": answer}],
+                answer=answer, meta=dict(lines=n, position=j, positions=ask, query=keys[j], target_tokens=tokens))
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -299,13 +299,15 @@ def check_hooks(model, mtp, attns, ids, log):
     Raises CheckError naming the layer and the mismatch."""
     captured_idx, captured_attn = {}, {}
     hooks = []
-    names = {id(m): n for n, m in attns}
     for n, m in attns:
         hooks.append(m.indexer.register_forward_hook(
             lambda mod, a, out, n=n: captured_idx.__setitem__(n, out.detach())))
         hooks.append(m.register_forward_hook(
             lambda mod, a, out, n=n: captured_attn.__setitem__(n, out[1].detach() if out[1] is not None else None)))
     inputs = AttentionInputs(attns)
+    # full float32 matmuls: TF32's ~1e-3 rounding would flip near-ties between two differently shaped products
+    tf32 = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     try:
         with torch.no_grad(), torch.autocast("cuda", enabled=False):
             out = model.model(input_ids=ids, use_cache=False)
@@ -377,6 +379,7 @@ def check_hooks(model, mtp, attns, ids, log):
         log(f"check: dense attention probabilities equal transformers' (max abs diff {worst:.2e}) on "
             f"{len(attns)} DSA layers, S={Sd}")
     finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
         for hk in hooks:
             hk.remove()
         inputs.remove()

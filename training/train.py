@@ -308,6 +308,12 @@ class Trainer:
 
         vp = prep.VisionPixels(Glm5NextImageProcessor(), self.np, self.torch)
         rgb = self.train_ds["rgb"]
+        if len(rgb):
+            _, grid = vp.run_processor([rgb[0]])
+            if [int(x) for x in grid[0]] != vp.grid:
+                raise RuntimeError(f"Glm5NextImageProcessor makes a {D.IMAGE_SIZE}x{D.IMAGE_SIZE} picture a grid "
+                                   f"{[int(x) for x in grid[0]]}, but the data has {(D.IMAGE_SIZE // 28) ** 2} image "
+                                   f"tokens per picture (grid {vp.grid}): the processor resized it")
         if vp.lut is not None and len(rgb):
             exact, diff = vp.verify(rgb[:64])
             self.log(f"vision: lookup-table pixels vs Glm5NextImageProcessor on {min(64, len(rgb))} training "

@@ -186,7 +186,7 @@ class TestMC(unittest.TestCase):
 
 class TestRetrieval(unittest.TestCase):
     def test_answers(self):
-        its = items("retrieval", "train", 60) + [D.make_item("retrieval", "heldout", i, tokens=t)
+        its = items("retrieval", "train", 100) + [D.make_item("retrieval", "heldout", i, tokens=t)
                                                 for i, t in enumerate([256, 512, 1024, 2048, 4096] * 4)]
         for it in its:
             user = it["messages"][0]["content"]
@@ -194,9 +194,13 @@ class TestRetrieval(unittest.TestCase):
             self.assertEqual(len(pairs), it["meta"]["lines"])
             keys = [k for k, _ in pairs]
             self.assertEqual(len(set(keys)), len(keys))
-            q = re.search(r"(?:code of|code for) ([A-Z]{3}-\d\d)[?.] Answer", user)
-            self.assertEqual(dict(pairs)[q[1]], it["answer"])
+            q = user.rsplit("\n", 1)[1]
+            asked = re.findall(r"[A-Z]{3}-\d\d", q)
+            self.assertEqual(len(asked), len(it["meta"]["positions"]))
+            self.assertEqual(", ".join(dict(pairs)[k] for k in asked), it["answer"])
             self.assertEqual(it["messages"][-1]["content"], it["answer"])
+            if it["split"] == "heldout":
+                self.assertEqual(len(asked), 1)
 
     def test_heldout_lengths(self):
         recs = D.heldout_items("retrieval", 10)
