@@ -362,7 +362,10 @@ class Checker:
 
             info = make_fp8.convert(a.model, a.fp8)
             print(f"make_fp8: wrote {a.fp8} (sha256 {info['model_safetensors_sha256'][:16]})", flush=True)
-        rep = {}
+        import hashlib
+
+        with open(os.path.join(a.fp8, "model.safetensors"), "rb") as f:
+            rep = dict(model_safetensors_sha256=hashlib.sha256(f.read()).hexdigest())
         # transformers' own FP8 loading: reported, not used for the reference
         try:
             Cls = G.M.Glm5NextForConditionalGeneration

@@ -5,6 +5,7 @@
 #   all [MINUTES]    train.py --minutes MINUTES (default 7), make_fp8, check_hf --eval-n 50   (fits one 10-min call)
 #   train [MINUTES]  train.py --minutes MINUTES (default 8.5) only
 #   check            make_fp8 + check_hf --eval-n 50 on models/glm53-tiny (already in the work tree)
+#   continue [MIN]   more training from models/glm53-tiny (in the work tree; new optimiser, lr 1e-3), default 8.5
 #
 # Results come back through $OUT as bundle.tgz.part-* (at most 15 MiB each; the device returns at most 8 files of
 # 16 MiB) and status.txt. Unpack at the repository root:  cat DIR/bundle.tgz.part-* | tar xzf -
@@ -76,8 +77,17 @@ case "$mode" in
   check)
     check models/glm53-tiny 50
     ;;
+  continue)
+    [ -f models/glm53-tiny/model.safetensors ] || { note "no models/glm53-tiny to continue from"; exit 1; }
+    run continue python3 training/train.py --init-from models/glm53-tiny --lr 1e-3 --run training/runs/continue \
+        --minutes "${2:-8.5}" --export-dir training/runs/continue/export
+    copy_run "$root/training/runs/continue"
+    if [ -f training/runs/continue/export/model.safetensors ]; then
+      mkdir -p "$stage/models" && cp -r training/runs/continue/export "$stage/models/glm53-tiny"
+    fi
+    ;;
   *)
-    echo "usage: training/h200.sh smoke | all [MINUTES] | train [MINUTES] | check" >&2
+    echo "usage: training/h200.sh smoke | all [MINUTES] | train [MINUTES] | check | continue [MINUTES]" >&2
     exit 2
     ;;
 esac
