@@ -129,6 +129,22 @@ def flops_per_token(spec):
     return 6 * (p["active_per_token"] + mtp_active) + 3 * attn
 
 
+def expected_step_seconds(spec, seq_len, launch_us=15.0):
+    """A rough a-priori step time: the eager model is bound by kernel launches, not FLOPs. Counts the launches of
+    one forward (transformers' pure-PyTorch KDA with 16-token chunks: a 15-step triangular solve and ~12 kernels per
+    chunk; Sinkhorn's 2 x iterations per mHC site; the eager MoE's loop over experts), times 3 for the backward."""
+    t = spec["text"]
+    chunk = 16
+    kda = 150 + 6 * (chunk - 1) + 12 * math.ceil(seq_len / chunk)
+    mhc = 2 * (30 + 2 * t["hc_sinkhorn_iters"])
+    moe = 20 + 8 * t["n_routed_experts"]
+    layers = 0
+    for lt, mt in zip(t["layer_types"], t["mlp_layer_types"]):
+        layers += (kda if lt == mc.KDA else 120) + mhc + (moe if mt == "sparse" else 10)
+    total = 3 * (layers + 120 + moe + 400)  # + MTP attention, KL, heads and losses
+    return total * launch_us * 1e-6
+
+
 def dry_run(a):
     spec = mc.spec(a.size)
     text, info = mc.format_summary(spec)
@@ -141,9 +157,12 @@ def dry_run(a):
     print(f"training: {a.step_tokens} padded tokens per step, lr {a.lr} (warm-up {a.warmup_frac:.0%}, cosine to "
           f"{a.min_lr_frac:.0%}), dense-attention phase {a.dense_frac:.0%} of the steps, budget {a.minutes} min")
     print(f"compute: ~{fpt / 1e6:.1f} MFLOP per training token; the H200's bf16 floor would be "
-          f"~{H200_BF16_FLOPS / fpt / 1e6:.0f}M tokens/s. transformers' pure-PyTorch KDA (a Python loop per 64-token "
-          "chunk and a 63-step triangular solve per layer) is launch-bound, far below that: train.py measures the "
-          "first steps and plans the step count from them.")
+          f"~{H200_BF16_FLOPS / fpt / 1e6:.0f}M tokens/s. transformers' pure-PyTorch KDA (a Python loop per 16-token "
+          "chunk, as train.py runs it, and a 15-step triangular solve per layer) is launch-bound, far below that: "
+          "train.py measures the first steps and plans the step count from them.")
+    print("expected (a guess until measured: ~15 us per kernel launch): " + ", ".join(
+        f"{L}-token batches {expected_step_seconds(spec, L):.2f} s/step = {a.step_tokens / expected_step_seconds(spec, L) / 1e3:.0f}k tokens/s"
+        for L in (256, 1024, 4096)))
     bad = info["problems"] or (a.size == "full" and info["checkpoint_bytes"] > mc.MAX_CHECKPOINT_BYTES)
     return 1 if bad else 0
 
@@ -522,6 +541,9 @@ class Trainer:
         self.log(f"plan: ~{fpt / 1e6:.1f} MFLOP per training token -> {H200_BF16_FLOPS / fpt / 1e6:.0f}M tokens/s at "
                  "the H200's bf16 peak; the pure-PyTorch KDA is launch-bound, so the first steps are timed and the "
                  f"step count planned from them; {max(0.0, train_deadline - time.time()):.0f} s left for training")
+        self.log("plan: expected before measuring (~15 us per kernel launch): " + ", ".join(
+            f"{L}-token batches {expected_step_seconds(self.spec, L):.2f} s/step "
+            f"({a.step_tokens / expected_step_seconds(self.spec, L) / 1e3:.0f}k tokens/s)" for L in (256, 1024, 4096)))
         if a.steps:
             self.total_steps = a.steps
         win = dict(t=time.time(), tokens=0, steps=0, msum=0, mcnt=0, tsum=0, tcnt=0, main=0.0, mtp=0.0, kl=0.0, gn=0.0)
