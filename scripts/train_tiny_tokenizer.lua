@@ -1,20 +1,32 @@
 #!/usr/bin/env luajit
 --[[
-train_tiny_tokenizer.lua - trains the bundled tokenizer of the tiny demo model, models/tiny/tokenizer.json.
+train_tiny_tokenizer.lua - trains the small byte-level BPE tokenizers of the bundled models.
 
-    luajit scripts/train_tiny_tokenizer.lua [text] [out]
-    (defaults: scripts/data/tiny_tokenizer_train.txt models/tiny/tokenizer.json)
+    luajit scripts/train_tiny_tokenizer.lua [text] [out] [--merges N] [--split-digits]
+                                            [--config FILE --template FILE]
+    (defaults: scripts/data/tiny_tokenizer_train.txt models/tiny/tokenizer.json, 512 merges)
+
+models/tiny/tokenizer.json is the default run; the trained model's tokenizer (training/tokenizer/, 2000 merges
+with --split-digits on a sample of the training corpus) is made by training/make_tokenizer.sh.
 
 The result has GLM-5.3's layout at a small scale: byte-level BPE with the same split regex, normaliser,
-pre-tokenizer, decoder and ignore_merges as GLM-5.3's tokenizer.json; a base vocabulary of exactly 768 ids
-(the 256 bytes, id = byte value, then 512 merges learned here); then GLM-5.3's 36 added tokens in GLM-5.3's
-order at ids 768..803 (GLM-5.3: 154820..154855), the first 18 special as in GLM's file. So id(t) - 768 =
+pre-tokenizer, decoder and ignore_merges as GLM-5.3's tokenizer.json; a base vocabulary of 256 + N ids (the 256
+bytes, id = byte value, then the N merges learned here); then GLM-5.3's 36 added tokens in GLM-5.3's order at ids
+256 + N .. 256 + N + 35 (GLM-5.3: 154820..154855), the first 18 special as in GLM's file. So id(t) - (256 + N) =
 GLM id(t) - 154820 for every added token t.
 
-Training is plain BPE: split the text with the GLM-5.3 regex (the text is ASCII, where this script's
-ASCII-only splitter is exact), count adjacent pairs over the pieces weighted by frequency, merge the most
-frequent (ties: the smaller left id, then the smaller right id; a pair whose concatenation is already a token
-is skipped), repeat 512 times. Deterministic: the committed file is reproduced byte for byte.
+Training is plain BPE: cut the text at the added tokens (as HF's tokenizer does before pre-tokenizing), split
+each part with the GLM-5.3 regex (the text is ASCII, where this script's ASCII-only splitter is exact), count
+adjacent pairs over the pieces weighted by frequency, merge the most frequent (ties: the smaller left id, then
+the smaller right id; a pair whose concatenation is already a token is skipped), repeat N times. Pair counts are
+updated incrementally, word by word. Deterministic: the committed files are reproduced byte for byte.
+
+--split-digits never merges two digit strings, so numbers stay one token per digit (GLM's regex still cuts
+them into runs of at most three): small models learn arithmetic on digits far better than on 1000 number
+tokens.
+
+--config FILE also writes a transformers tokenizer_config.json (added tokens, eos/pad "<|endoftext|>") with the
+chat template read from --template FILE.
 ]]
 local root = arg[0]:match("^(.*)/scripts/[^/]*$") or "."
 package.path = root .. "/lua/?.lua;" .. root .. "/lua/?/init.lua;" .. package.path
@@ -22,9 +34,33 @@ package.path = root .. "/lua/?.lua;" .. root .. "/lua/?/init.lua;" .. package.pa
 local cjson = require("cjson")
 local file = require("glm53.util.file")
 
-local text_path = arg[1] or root .. "/scripts/data/tiny_tokenizer_train.txt"
-local out_path = arg[2] or root .. "/models/tiny/tokenizer.json"
-local N_MERGES = 512
+local positional, opt = {}, {}
+do
+    local i = 1
+    while i <= #arg do
+        local a = arg[i]
+        if a == "--merges" or a == "--config" or a == "--template" then
+            if not arg[i + 1] then error(a .. " needs a value") end
+            opt[a:sub(3)] = arg[i + 1]
+            i = i + 2
+        elseif a == "--split-digits" then
+            opt["split-digits"] = true
+            i = i + 1
+        elseif a:sub(1, 2) == "--" then
+            error("unknown option " .. a .. " (usage: [text] [out] [--merges N] [--split-digits] [--config FILE " ..
+                  "--template FILE])")
+        else
+            positional[#positional + 1] = a
+            i = i + 1
+        end
+    end
+end
+local text_path = positional[1] or root .. "/scripts/data/tiny_tokenizer_train.txt"
+local out_path = positional[2] or root .. "/models/tiny/tokenizer.json"
+local N_MERGES = tonumber(opt.merges or 512)
+assert(N_MERGES and N_MERGES >= 1 and N_MERGES == math.floor(N_MERGES), "--merges must be a positive integer")
+local SPLIT_DIGITS = opt["split-digits"] == true
+if opt.config and not opt.template then error("--config needs --template (the chat template file)") end
 
 local ADDED = {   -- GLM-5.3 ids 154820.. in order; the first 18 are special
     "<|endoftext|>", "[MASK]", "[gMASK]", "[sMASK]", "<sop>", "<eop>", "<|system|>", "<|user|>", "<|assistant|>",
@@ -49,8 +85,8 @@ local function is_digit(c) return c and c:match("%d") ~= nil end
 local function is_space(c) return c and c:match("[ \t\n\v\f\r]") ~= nil end
 local function is_other(c) return c and not (is_letter(c) or is_digit(c) or is_space(c)) end
 
-local function split(s)
-    local pieces, i, n = {}, 1, #s
+local function split(s, pieces)
+    local i, n = 1, #s
     local function at(k) return k <= n and s:sub(k, k) or nil end
     while i <= n do
         local c, c1, e = at(i), at(i + 1), nil
@@ -86,11 +122,37 @@ local function split(s)
     return pieces
 end
 
+-- The parts of the text between added tokens (matched leftmost-longest, as HF matches them).
+local function parts_between_added(s)
+    local parts, pos, n = {}, 1, #s
+    local from = 1
+    while true do
+        local k = s:find("[<%[/]", pos)
+        if not k then break end
+        local best = nil
+        for _, t in ipairs(ADDED) do
+            if (not best or #t > #best) and s:sub(k, k + #t - 1) == t then best = t end
+        end
+        if best then
+            if k > from then parts[#parts + 1] = s:sub(from, k - 1) end
+            from = k + #best
+            pos = from
+        else
+            pos = k + 1
+        end
+        if pos > n then break end
+    end
+    if from <= n then parts[#parts + 1] = s:sub(from) end
+    return parts
+end
+
 ---------------------------------------------------------------------------------------------------------------
 -- BPE training
 ---------------------------------------------------------------------------------------------------------------
 local counts = {}
-for _, p in ipairs(split(text)) do counts[p] = (counts[p] or 0) + 1 end
+for _, part in ipairs(parts_between_added(text)) do
+    for _, p in ipairs(split(part, {})) do counts[p] = (counts[p] or 0) + 1 end
+end
 local words = {}   -- { syms = {ids}, n = count }, in a fixed order
 local keys = {}
 for p in pairs(counts) do keys[#keys + 1] = p end
@@ -105,29 +167,52 @@ local bytes_of, id_of = {}, {}   -- token id -> raw bytes, raw bytes -> id
 for b = 0, 255 do bytes_of[b] = string.char(b); id_of[string.char(b)] = b end
 local merges = {}
 
+-- pair key (left * 65536 + right) -> weighted count; -> set of word indices that hold the pair
+local pair_count, where = {}, {}
+local function add_pairs(wi, sign)
+    local w = words[wi]
+    local s, n = w.syms, w.n * sign
+    for k = 1, #s - 1 do
+        local key = s[k] * 65536 + s[k + 1]
+        local c = (pair_count[key] or 0) + n
+        if c == 0 then
+            pair_count[key], where[key] = nil, nil
+        else
+            pair_count[key] = c
+            if sign > 0 then
+                local ws = where[key]
+                if not ws then ws = {}; where[key] = ws end
+                ws[wi] = true
+            end
+        end
+    end
+end
+for wi = 1, #words do add_pairs(wi, 1) end
+
+local blocked = {}   -- pairs whose concatenation is already a token (never merged; the set only grows)
 for m = 1, N_MERGES do
-    local pair_count = {}
-    for _, w in ipairs(words) do
-        local s = w.syms
-        for k = 1, #s - 1 do
-            local key = s[k] * 65536 + s[k + 1]
-            pair_count[key] = (pair_count[key] or 0) + w.n
+    local best, best_n
+    repeat
+        best, best_n = nil, 0
+        for key, n in pairs(pair_count) do
+            if not blocked[key] and (n > best_n or (n == best_n and key < best)) then best, best_n = key, n end
         end
-    end
-    local best, best_n = nil, 0
-    for key, n in pairs(pair_count) do
-        local a, b = math.floor(key / 65536), key % 65536
-        if not id_of[bytes_of[a] .. bytes_of[b]] and (n > best_n or (n == best_n and key < best)) then
-            best, best_n = key, n
-        end
-    end
-    assert(best, "the training text has too few distinct pairs for " .. N_MERGES .. " merges")
+        assert(best, "the training text has too few distinct pairs for " .. N_MERGES .. " merges")
+        local a, b = math.floor(best / 65536), best % 65536
+        local taken = id_of[bytes_of[a] .. bytes_of[b]] ~= nil
+            or (SPLIT_DIGITS and bytes_of[a]:match("^%d+$") ~= nil and bytes_of[b]:match("^%d+$") ~= nil)
+        if taken then blocked[best] = true end
+    until not taken
     local a, b = math.floor(best / 65536), best % 65536
     local id = 255 + m
     bytes_of[id] = bytes_of[a] .. bytes_of[b]
     id_of[bytes_of[id]] = id
-    merges[m] = { a, b }
-    for _, w in ipairs(words) do
+    merges[m] = { a, b, best_n }
+    local holders = {}
+    for wi in pairs(where[best]) do holders[#holders + 1] = wi end
+    for _, wi in ipairs(holders) do
+        local w = words[wi]
+        add_pairs(wi, -1)
         local s, out, k = w.syms, {}, 1
         while k <= #s do
             if k < #s and s[k] == a and s[k + 1] == b then
@@ -138,7 +223,13 @@ for m = 1, N_MERGES do
                 k = k + 1
             end
         end
+        -- the word leaves the holder sets of the pairs it no longer has
+        for j = 1, #s - 1 do
+            local key = s[j] * 65536 + s[j + 1]
+            if where[key] then where[key][wi] = nil end
+        end
         w.syms = out
+        add_pairs(wi, 1)
     end
 end
 
@@ -157,15 +248,20 @@ for b = 0, 255 do
 end
 local function spell(id) return (bytes_of[id]:gsub(".", function(c) return byte_char[c:byte()] end)) end
 
+local first_added = 256 + N_MERGES
 local function enc(v) return (cjson.encode(v):gsub("\\/", "/")) end
+-- One line per added token: fmt gets the id, the JSON-encoded content, "true"/"false" for special, and "," or "".
+local function added_lines(emit, fmt)
+    for k, content in ipairs(ADDED) do
+        emit(fmt:format(first_added + k - 1, enc(content), k <= N_SPECIAL and "true" or "false",
+                        k < #ADDED and "," or ""))
+    end
+end
 local out = {}
 local function w(s) out[#out + 1] = s end
 w('{\n  "version": "1.0",\n  "truncation": null,\n  "padding": null,\n  "added_tokens": [\n')
-for k, content in ipairs(ADDED) do
-    w(('    {"id": %d, "content": %s, "single_word": false, "lstrip": false, "rstrip": false, ' ..
-       '"normalized": false, "special": %s}%s\n'):format(767 + k, enc(content), k <= N_SPECIAL and "true" or "false",
-                                                         k < #ADDED and "," or ""))
-end
+added_lines(w, '    {"id": %d, "content": %s, "single_word": false, "lstrip": false, "rstrip": false, ' ..
+               '"normalized": false, "special": %s}%s\n')
 w('  ],\n  "normalizer": null,\n')
 w('  "pre_tokenizer": {"type": "Sequence", "pretokenizers": [\n')
 w('    {"type": "Split", "pattern": {"Regex": ' .. enc(SPLIT) .. '}, "behavior": "Isolated", "invert": false},\n')
@@ -185,5 +281,30 @@ end
 w('    ]\n  }\n}\n')
 
 assert(file.write_file(out_path, table.concat(out)))
-io.stderr:write(("train_tiny_tokenizer.lua: %d base tokens + %d added -> %s\n"):format(256 + N_MERGES, #ADDED,
-                                                                                      out_path))
+io.stderr:write(("train_tiny_tokenizer.lua: %d base tokens + %d added -> %s (%d pieces; merge counts %d .. %d)\n")
+                :format(256 + N_MERGES, #ADDED, out_path, #words, merges[1][3], merges[#merges][3]))
+
+---------------------------------------------------------------------------------------------------------------
+-- tokenizer_config.json (transformers), with the chat template
+---------------------------------------------------------------------------------------------------------------
+if opt.config then
+    local template = assert(file.read_file(opt.template))
+    local c = {}
+    local function cw(s) c[#c + 1] = s end
+    cw('{\n  "added_tokens_decoder": {\n')
+    added_lines(cw, '    "%d": {"content": %s, "lstrip": false, "normalized": false, "rstrip": false, ' ..
+                    '"single_word": false, "special": %s}%s\n')
+    cw('  },\n')
+    cw('  "chat_template": ' .. enc(template) .. ',\n')
+    cw('  "clean_up_tokenization_spaces": false,\n')
+    cw('  "do_lower_case": false,\n')
+    cw('  "eos_token": "<|endoftext|>",\n')
+    cw('  "extra_special_tokens": {},\n')
+    cw('  "model_max_length": 131072,\n')
+    cw('  "pad_token": "<|endoftext|>",\n')
+    cw('  "padding_side": "left",\n')
+    cw('  "remove_space": false,\n')
+    cw('  "tokenizer_class": "PreTrainedTokenizerFast"\n}\n')
+    assert(file.write_file(opt.config, table.concat(c)))
+    io.stderr:write("train_tiny_tokenizer.lua: tokenizer config with the chat template -> " .. opt.config .. "\n")
+end
