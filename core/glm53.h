@@ -70,7 +70,7 @@
 /* The version of the binary interface below: bumped whenever a struct layout, an enum value or a signature of
  * the API region changes. The Lua package checks glm53_abi_version() against the version its cdef was generated
  * from, so a stale libglm53.so is refused at load instead of corrupting memory. */
-#define GLM53_ABI_VERSION 4
+#define GLM53_ABI_VERSION 5
 
 #ifdef __cplusplus
 extern "C" {
@@ -235,7 +235,29 @@ typedef struct glm53_model_params {
     int32_t step_rows;         /* most batch rows one pass of a step computes at once; a longer step (a long
                                   prompt) runs in passes, so its scratch stays bounded. 0: the backend's (CPU
                                   512, CUDA 8192) */
+    /* Tensor and expert parallelism (docs/multi-gpu.md): tp * ep ranks, rank r = (ep_rank r / tp, tp_rank r % tp)
+     * on CUDA device cuda_device + r (or a CPU backend instance of its own). Attention heads and MLP widths split
+     * across the tp ranks of an ep_rank, routed experts across the ep_ranks. 0 means 1. */
+    int32_t tp, ep;
+    int32_t communicator;      /* glm53_communicator */
 } glm53_model_params;
+
+/* How the ranks of a model exchange partial sums. */
+typedef enum glm53_communicator {
+    GLM53_COMMUNICATOR_AUTO    = 0,   /* none for one rank; else threads on the CPU, NCCL on CUDA */
+    GLM53_COMMUNICATOR_THREADS = 1,   /* ranks as threads of this process over host memory (CPU backend) */
+    GLM53_COMMUNICATOR_NCCL    = 2,   /* NCCL (CUDA backend); also with one rank, to exercise the path */
+} glm53_communicator;
+
+/* What one rank of a model holds. */
+typedef struct glm53_rank_info {
+    int32_t tp_rank, ep_rank;
+    int32_t device;            /* glm53_device */
+    int32_t cuda_device;       /* its CUDA ordinal (-1 on the CPU) */
+    int32_t first_expert, n_experts;   /* the routed experts it computes */
+    int64_t weight_bytes;      /* the weight slices placed on it */
+    int64_t cache_bytes;       /* its share of the live sequences' caches */
+} glm53_rank_info;
 
 typedef struct glm53_seq_params {
     int64_t max_tokens;        /* tokens the sequence can hold; its cache memory is reserved up front */
@@ -260,6 +282,8 @@ GLM53_API void         glm53_model_free(glm53_model *model);
 GLM53_API const glm53_model_config *glm53_model_config_get(const glm53_model *model);
 GLM53_API int64_t      glm53_model_weight_bytes(const glm53_model *model);
 GLM53_API int64_t      glm53_model_cache_bytes(const glm53_model *model);    /* reserved by live sequences */
+GLM53_API int32_t      glm53_model_n_ranks(const glm53_model *model);        /* tp * ep */
+GLM53_API glm53_status glm53_model_rank_info(const glm53_model *model, int32_t rank, glm53_rank_info *out);
 
 GLM53_API glm53_status glm53_seq_create(glm53_model *model, const glm53_seq_params *params, glm53_seq **out);
 /* A new sequence holding the first n_tokens of src (prefix reuse). n_tokens may be any length from

@@ -63,12 +63,20 @@ typedef enum glm53_binary_op {
 } glm53_binary_op;
 
 /* The routed experts of one MoE layer as the moe ops take them: gate[e], up[e] [Fe, D] and down[e] [D, Fe]
- * (any weight dtype). `device` is the backend's own table of them (prepare_experts), NULL until prepared. */
+ * (any weight dtype). `device` is the backend's own table of them (prepare_experts), NULL until prepared.
+ * Expert parallelism: a rank holds experts [first_held, first_held + n_held) (n_held 0: all); slots routed to
+ * the others contribute nothing here (their ranks add them in the all-reduce), and their entries are NULL. */
 typedef struct glm53_expert_set {
     int32_t                    n_experts;
     const glm53_tensor *const *gate, *const *up, *const *down;
     void                      *device;
+    int32_t                    first_held, n_held;
 } glm53_expert_set;
+
+/* Whether expert e's slots are computed by this rank's moe_experts. */
+static inline bool glm53_expert_is_held(const glm53_expert_set *s, int32_t e) {
+    return s->n_held == 0 || (e >= s->first_held && e < s->first_held + s->n_held);
+}
 
 /* What a backend instance has done since it was made (OPTIONAL counters entry): the test hook that shows a
  * steady-state step allocates nothing and never waits. */
@@ -295,6 +303,9 @@ struct glm53_backend_ops {
 /* Backend instances. n_threads 0 = all online cores. cuda: one instance per call, each with its own stream on
  * device `ordinal`; GLM53_ERR_BACKEND when the library was built without CUDA or no such device is present. */
 glm53_status glm53_backend_cpu_create(int32_t n_threads, glm53_backend **out);
+/* Physical cores this process may run on (hyperthread siblings counted once; logical CPUs without topology):
+ * the CPU backend's default thread count (kernels/cpu/threadpool.c). */
+int32_t      glm53_physical_cores(void);
 glm53_status glm53_backend_cuda_create(int32_t ordinal, glm53_backend **out);
 
 /* The counters of an instance (zeros when its backend keeps none). */

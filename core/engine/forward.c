@@ -8,15 +8,24 @@
  *   for the rows asked for: h = rmsnorm(mean_s H);  logits = h * lm_head^T
  *
  * Each block's graph is its own file (kda.c, sparse_mla.c, kpool_indexer.c, moe.c, mhc.c); this is the layer
- * loop and the pieces the MTP layer shares (embedding rows, the head).
+ * loop and the pieces the MTP layer shares (embedding rows, the head, the collective points).
+ *
+ * With several ranks (docs/multi-gpu.md) every rank runs this same loop on the whole batch: a mixer or an MLP
+ * computes the rank's heads or width and leaves a partial sum, all_reduce makes it whole, and everything between
+ * two collective points (mHC, norms, the indexer, routing) is replicated, bit for bit, on every rank.
  */
 #include "core/engine/graph.h"
+
+void all_reduce(step_ctx *sc, glm53_tensor *y, glm53_comm_group group) {
+    glm53_comm *comm = sc->rank->comm;
+    if (comm) OP(comm->ops->all_reduce(comm, sc->be, y, group));
+}
 
 glm53_tensor *embed_rows(step_ctx *sc) {
     glm53_backend *be = sc->be;
     int64_t N = sc->N, D = sc->m->config.text.hidden_size;
     glm53_tensor *E = NEW(sc->act, 2, N, D, 0);
-    OP(be->ops->gather_rows(be, E, &sc->m->embed, sc->token_ids));
+    OP(be->ops->gather_rows(be, E, &sc->rank->embed, sc->token_ids));
     if (sc->emb_rows && sc->st == GLM53_OK) {
         int64_t n_emb = sc->emb_rows->shape[0];
         glm53_tensor *emb_act = NEW(sc->act, 2, n_emb, D, 0);
@@ -35,7 +44,7 @@ void head_outputs(step_ctx *sc, const glm53_tensor *h) {
     }
     if (sc->want_logits) {
         sc->logits_out = NEW(GLM53_F32, 2, sc->n_out, c->vocab_size, 0);
-        OP(be->ops->matmul(be, sc->logits_out, h, &sc->m->lm_head));
+        OP(be->ops->matmul(be, sc->logits_out, h, &sc->rank->lm_head));
     }
 }
 
@@ -54,7 +63,7 @@ void forward_main(step_ctx *sc) {
     trace(sc, 99, "embed", E);
 
     for (int l = 0; l < c->num_hidden_layers && sc->st == GLM53_OK; l++) {
-        const layer_weights *L = &m->layers[l];
+        const layer_weights *L = &sc->rank->layers[l];
         glm53_plan_mark mark = glm53_plan_mark_get(sc->plan);
         glm53_tensor *tmp;
         sc->layer = l;
@@ -67,6 +76,7 @@ void forward_main(step_ctx *sc) {
         trace(sc, l, "attn_xn", xn);
         if (L->mixer == GLM53_LAYER_KDA) kda_forward(sc, L, l, xn, y);
         else sparse_mla_forward(sc, L, l, xn, y);
+        all_reduce(sc, y, GLM53_COMM_TP);
         trace(sc, l, "attn_y", y);
         OP(be->ops->mhc_post(be, H2, y, H, post, comb));
         tmp = H; H = H2; H2 = tmp;
@@ -76,8 +86,13 @@ void forward_main(step_ctx *sc) {
         mhc_pre_site(sc, &L->mhc_ffn, H, x, post, comb);
         OP(be->ops->rmsnorm(be, xn, x, &L->post_attn_norm, eps));
         trace(sc, l, "ffn_xn", xn);
-        if (L->mlp_type == GLM53_MLP_DENSE) mlp_forward(sc, &L->mlp, xn, y);
-        else moe_forward(sc, &L->moe, xn, y);
+        if (L->mlp_type == GLM53_MLP_DENSE) {
+            mlp_forward(sc, &L->mlp, xn, y);
+            all_reduce(sc, y, GLM53_COMM_TP);
+        } else {
+            moe_forward(sc, &L->moe, xn, y);
+            all_reduce(sc, y, GLM53_COMM_WORLD);
+        }
         trace(sc, l, "ffn_y", y);
         OP(be->ops->mhc_post(be, H2, y, H, post, comb));
         tmp = H; H = H2; H2 = tmp;
@@ -95,6 +110,6 @@ void forward_main(step_ctx *sc) {
         glm53_tensor Ho3 = glm53_tensor_reshape(Ho, 3, sc->n_out, S, D);
         OP(be->ops->mhc_mean(be, hm, &Ho3));
     }
-    OP(be->ops->rmsnorm(be, h, hm, &m->final_norm, eps));
+    OP(be->ops->rmsnorm(be, h, hm, &sc->rank->final_norm, eps));
     head_outputs(sc, h);
 }

@@ -32,8 +32,9 @@ typedef struct {
 
 typedef struct {
     glm53_model     *m;
-    glm53_backend   *be;
-    glm53_step_plan *plan;
+    glm53_rank      *rank;         /* the rank this graph runs on: its weights, backend and plan */
+    glm53_backend   *be;           /* rank->be */
+    glm53_step_plan *plan;         /* &rank->plan */
     seq_slice       *slices;
     int32_t          n_seqs;
     int64_t          N;            /* rows of the batch (this pass) */
@@ -71,14 +72,15 @@ static inline glm53_tensor rows(const glm53_tensor *t, int64_t row0, int64_t n) 
 void trace(step_ctx *sc, int layer, const char *name, const glm53_tensor *t);
 
 /* Loaders of each block's weights (checkpoint names after `prefix`: "model.language_model." or "model."). */
-glm53_status mhc_load(glm53_model *m, const char *prefix, mhc_weights *w, int layer, const char *site);
-glm53_status kda_load(glm53_model *m, const char *prefix, kda_weights *w, int layer);
-glm53_status sparse_mla_load(glm53_model *m, const char *prefix, sparse_mla_weights *w, int layer);
-glm53_status kpool_indexer_load(glm53_model *m, const char *prefix, kpool_indexer_weights *w, int layer);
-glm53_status mlp_load(glm53_model *m, const char *prefix, mlp_weights *w, int64_t width, const char *infix, int layer);
-glm53_status moe_load(glm53_model *m, const char *prefix, moe_weights *w, int layer);
-void         moe_free(glm53_model *m, moe_weights *w);
-glm53_status mtp_load(glm53_model *m, const char *prefix, mtp_weights *w, int layer);
+/* Each places what rank rk holds of the block (model.h, glm53_rank). */
+glm53_status mhc_load(glm53_rank *rk, const char *prefix, mhc_weights *w, int layer, const char *site);
+glm53_status kda_load(glm53_rank *rk, const char *prefix, kda_weights *w, int layer);
+glm53_status sparse_mla_load(glm53_rank *rk, const char *prefix, sparse_mla_weights *w, int layer);
+glm53_status kpool_indexer_load(glm53_rank *rk, const char *prefix, kpool_indexer_weights *w, int layer);
+glm53_status mlp_load(glm53_rank *rk, const char *prefix, mlp_weights *w, int64_t width, const char *infix, int layer);
+glm53_status moe_load(glm53_rank *rk, const char *prefix, moe_weights *w, int layer);
+void         moe_free(glm53_rank *rk, moe_weights *w);
+glm53_status mtp_load(glm53_rank *rk, const char *prefix, mtp_weights *w, int layer);
 
 /* mhc.c */
 void mhc_pre_site(step_ctx *sc, const mhc_weights *w, const glm53_tensor *H, glm53_tensor *x, glm53_tensor *post,
@@ -98,6 +100,11 @@ void sparse_mla_forward(step_ctx *sc, const layer_weights *L, int layer, const g
 /* moe.c: y[N,D] = SwiGLU MLP(xn), and y = MoE(xn) (routed experts plus the shared expert). */
 void mlp_forward(step_ctx *sc, const mlp_weights *w, const glm53_tensor *xn, glm53_tensor *y);
 void moe_forward(step_ctx *sc, const moe_weights *w, const glm53_tensor *xn, glm53_tensor *y);
+
+/* forward.c: the collective points. y[N, D] holds this rank's partial sum (its heads, widths or experts); after
+ * it, the sum over the group (TP after a mixer or a dense MLP, WORLD after an MoE). Nothing without a
+ * communicator (one rank). */
+void all_reduce(step_ctx *sc, glm53_tensor *y, glm53_comm_group group);
 
 /* forward.c: the whole main model over the batch rows; and the shared pieces of every forward. */
 void forward_main(step_ctx *sc);

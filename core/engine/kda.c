@@ -17,13 +17,14 @@
 
 #include <stdio.h>
 
-glm53_status kda_load(glm53_model *m, const char *prefix, kda_weights *w, int layer) {
-    const glm53_text_config *c = &m->config.text;
+glm53_status kda_load(glm53_rank *rk, const char *prefix, kda_weights *w, int layer) {
+    const glm53_text_config *c = &rk->model->config.text;
     int64_t D = c->hidden_size, Hk = c->linear_num_heads, dk = c->linear_head_dim, C = Hk * dk;
     int64_t K = c->linear_conv_kernel_dim;
-    LOAD2(&w->q_proj, C, D, "layers.%d.self_attn.q_proj.weight", layer);
-    LOAD2(&w->k_proj, C, D, "layers.%d.self_attn.k_proj.weight", layer);
-    LOAD2(&w->v_proj, C, D, "layers.%d.self_attn.v_proj.weight", layer);
+    /* Heads split across the tp ranks: every [C, ...] weight by rows (head-major), o_proj by columns. */
+    LOAD2_TP_ROWS(&w->q_proj, C, D, "layers.%d.self_attn.q_proj.weight", layer);
+    LOAD2_TP_ROWS(&w->k_proj, C, D, "layers.%d.self_attn.k_proj.weight", layer);
+    LOAD2_TP_ROWS(&w->v_proj, C, D, "layers.%d.self_attn.v_proj.weight", layer);
     const char *conv_names[3] = {"q", "k", "v"};
     glm53_tensor *conv[3] = {&w->q_conv, &w->k_conv, &w->v_conv};
     for (int i = 0; i < 3; i++) {
@@ -31,19 +32,19 @@ glm53_status kda_load(glm53_model *m, const char *prefix, kda_weights *w, int la
         char name[256];
         snprintf(name, sizeof name, "%slayers.%d.self_attn.%s_conv1d.weight", prefix, layer, conv_names[i]);
         const glm53_tensor *t;
-        GLM53_TRY(glm53_weight_find(m, name, 3, GLM53_DIMS(C, 1, K), "the config", &t));
+        GLM53_TRY(glm53_weight_find(rk->model, name, 3, GLM53_DIMS(C, 1, K), "the config", &t));
         glm53_tensor flat = glm53_tensor_reshape(t, 2, C, K, 0);
-        GLM53_TRY(glm53_weight_place(m, &flat, GLM53_SHARD_WHOLE, conv[i]));
+        GLM53_TRY(glm53_weight_place(rk, &flat, GLM53_SHARD_TP(rk, 0), conv[i]));
     }
-    LOAD2(&w->b_proj, Hk, D, "layers.%d.self_attn.b_proj.weight", layer);
-    LOAD2(&w->f_a, dk, D, "layers.%d.self_attn.f_a_proj.weight", layer);
-    LOAD2(&w->f_b, C, dk, "layers.%d.self_attn.f_b_proj.weight", layer);
+    LOAD2_TP_ROWS(&w->b_proj, Hk, D, "layers.%d.self_attn.b_proj.weight", layer);
+    LOAD2(&w->f_a, dk, D, "layers.%d.self_attn.f_a_proj.weight", layer);   /* low-rank inputs: whole */
+    LOAD2_TP_ROWS(&w->f_b, C, dk, "layers.%d.self_attn.f_b_proj.weight", layer);
     LOAD2(&w->g_a, dk, D, "layers.%d.self_attn.g_a_proj.weight", layer);
-    LOAD2(&w->g_b, C, dk, "layers.%d.self_attn.g_b_proj.weight", layer);
-    LOAD1(&w->A_log, Hk, "layers.%d.self_attn.A_log", layer);
-    LOAD1(&w->dt_bias, C, "layers.%d.self_attn.dt_bias", layer);
-    LOAD1(&w->o_norm, dk, "layers.%d.self_attn.o_norm.weight", layer);
-    LOAD2(&w->o_proj, D, C, "layers.%d.self_attn.o_proj.weight", layer);
+    LOAD2_TP_ROWS(&w->g_b, C, dk, "layers.%d.self_attn.g_b_proj.weight", layer);
+    LOAD1_TP(&w->A_log, Hk, "layers.%d.self_attn.A_log", layer);
+    LOAD1_TP(&w->dt_bias, C, "layers.%d.self_attn.dt_bias", layer);
+    LOAD1(&w->o_norm, dk, "layers.%d.self_attn.o_norm.weight", layer);   /* per head, shared by all heads */
+    LOAD2_TP_COLS(&w->o_proj, D, C, "layers.%d.self_attn.o_proj.weight", layer);
     return GLM53_OK;
 }
 
@@ -76,7 +77,7 @@ void kda_forward(step_ctx *sc, const layer_weights *L, int layer, const glm53_te
     glm53_backend *be = sc->be;
     const glm53_text_config *c = &sc->m->config.text;
     const kda_weights *w = &L->kda;
-    int64_t N = sc->N, Hk = c->linear_num_heads, dk = c->linear_head_dim, C = Hk * dk;
+    int64_t N = sc->N, Hk = sc->rank->kda_heads, dk = c->linear_head_dim, C = Hk * dk;   /* this rank's heads */
 
     glm53_tensor *qkv[3] = {NEW(sc->act, 2, N, C, 0), NEW(sc->act, 2, N, C, 0), NEW(sc->act, 2, N, C, 0)};
     const glm53_tensor *proj[3] = {&w->q_proj, &w->k_proj, &w->v_proj};
@@ -100,7 +101,7 @@ void kda_forward(step_ctx *sc, const layer_weights *L, int layer, const glm53_te
 
     for (int32_t i = 0; i < sc->n_seqs && sc->st == GLM53_OK; i++) {
         const seq_slice *s = &sc->slices[i];
-        layer_cache *lc = &s->seq->layers[layer];
+        layer_cache *lc = seq_cache(s->seq, sc->rank, layer);
         int64_t T = s->n_rows;
         glm53_plan_mark mark = glm53_plan_mark_get(sc->plan);
         glm53_tensor *cq[3];

@@ -13,8 +13,8 @@
 #include "core/engine/graph.h"
 #include "core/engine/weights.h"
 
-glm53_status kpool_indexer_load(glm53_model *m, const char *prefix, kpool_indexer_weights *w, int layer) {
-    const glm53_text_config *c = &m->config.text;
+glm53_status kpool_indexer_load(glm53_rank *rk, const char *prefix, kpool_indexer_weights *w, int layer) {
+    const glm53_text_config *c = &rk->model->config.text;
     int64_t D = c->hidden_size, Dq = c->q_lora_rank, Hi = c->index_n_heads, dI = c->index_head_dim;
     w->present = true;
     LOAD2(&w->wq_b, Hi * dI, Dq, "layers.%d.self_attn.indexer.wq_b.weight", layer);
@@ -53,7 +53,7 @@ void kpool_indexer_forward(step_ctx *sc, const kpool_indexer_weights *w, int lay
 
     for (int32_t i = 0; i < sc->n_seqs && sc->st == GLM53_OK; i++) {
         seq_slice *s = &sc->slices[i];
-        layer_cache *lc = &s->seq->layers[layer];
+        layer_cache *lc = seq_cache(s->seq, sc->rank, layer);
         int64_t T = s->n_rows, pos0 = s->pos0;
         glm53_plan_mark mark = glm53_plan_mark_get(sc->plan);
         glm53_tensor ks = rows(kap, s->row0, T), ss = rows(sig, s->row0, T);

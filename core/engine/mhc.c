@@ -6,8 +6,8 @@
 #include "core/engine/graph.h"
 #include "core/engine/weights.h"
 
-glm53_status mhc_load(glm53_model *m, const char *prefix, mhc_weights *w, int layer, const char *site) {
-    const glm53_text_config *c = &m->config.text;
+glm53_status mhc_load(glm53_rank *rk, const char *prefix, mhc_weights *w, int layer, const char *site) {
+    const glm53_text_config *c = &rk->model->config.text;
     int64_t S = c->hc_mult, mix = (2 + S) * S;
     LOAD2(&w->fn, mix, S * c->hidden_size, "layers.%d.hc_%s_fn", layer, site);
     LOAD1(&w->base, mix, "layers.%d.hc_%s_base", layer, site);

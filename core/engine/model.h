@@ -22,6 +22,7 @@
 
 #include "core/engine/plan.h"
 #include "kernels/backend.h"
+#include "kernels/comm.h"
 
 #include <pthread.h>
 
@@ -82,26 +83,48 @@ typedef struct {
     layer_weights block;                               /* a sparse MLA + MoE decoder layer with plain residuals */
 } mtp_weights;
 
-typedef struct glm53_worker glm53_worker;   /* engine/worker.c */
+typedef struct glm53_worker       glm53_worker;         /* engine/worker.c */
+typedef struct glm53_rank_threads glm53_rank_threads;   /* engine/ranks.c */
+
+/* One rank of the model (docs/multi-gpu.md): a backend instance (its device and stream), the slices of the
+ * weights it holds, its step plan and its communicator endpoint. A model on one device is one rank holding
+ * everything. Rank index = ep_rank * tp + tp_rank. Split across the tp ranks of an ep_rank: KDA and MLA heads,
+ * the dense MLP width and every expert's width; across ep_ranks: the routed experts; the shared expert lives on
+ * ep_rank 0; everything else (embedding, norms, mHC, the indexer, router, head) is whole on every rank. */
+typedef struct glm53_rank {
+    glm53_model       *model;
+    int32_t            index, tp_rank, ep_rank;
+    glm53_backend     *be;
+    glm53_comm        *comm;                          /* NULL: one rank without a communicator */
+    int64_t            kda_heads, mla_heads;          /* Hk / tp, Hm / tp */
+    int64_t            mlp_width, expert_width;       /* F / tp, Fe / tp */
+    int32_t            first_expert, n_experts_held;  /* routed experts [first, first + held): E / ep of them */
+    bool               holds_shared_expert;           /* ep_rank 0 (its width split by tp) */
+
+    glm53_tensor       embed, final_norm, lm_head;    /* [V, D], [D], [V, D] */
+    layer_weights     *layers;                        /* [num_hidden_layers] */
+    mtp_weights       *mtp;                           /* [n_mtp] or NULL */
+    glm53_tensor     **owned;                         /* backend tensors the rank allocated (weights.c) */
+    int64_t            n_owned, cap_owned;
+    int64_t            weight_bytes;
+    int64_t            cache_bytes;                   /* this rank's share of the live sequences' caches */
+    glm53_step_plan    plan;                          /* scratch and metadata of steps, reserved once (plan.h) */
+} glm53_rank;
 
 struct glm53_model {
     glm53_model_config config;
     glm53_model_params params;
-    glm53_backend     *be;
     glm53_checkpoint  *ckpt;                      /* kept open: CPU weights live in its mmap */
 
-    glm53_tensor       embed, final_norm, lm_head;   /* [V, D], [D], [V, D] */
-    layer_weights     *layers;                    /* [num_hidden_layers] */
+    glm53_rank        *ranks;                     /* [n_ranks]; rank 0 also runs the vision tower */
+    int32_t            n_ranks, tp, ep;
+    glm53_comm       **comms;                     /* [n_ranks] endpoints, or NULL without a communicator */
+    glm53_rank_threads *rank_threads;             /* the threads of ranks 1 .. n_ranks-1 (ranks.c) */
     int32_t            n_kda_layers, n_mla_layers;
-    mtp_weights       *mtp;                       /* [n_mtp] or NULL */
     int32_t            n_mtp;
     struct glm53_vision *vision;                  /* vision tower (engine/vision.c), NULL without a vision_config */
+    int64_t            weight_bytes;              /* all ranks */
 
-    glm53_tensor     **owned;                     /* backend tensors the model allocated (weights.c), freed with it */
-    int64_t            n_owned, cap_owned;
-    int64_t            weight_bytes;
-
-    glm53_step_plan    plan;                      /* scratch and metadata of steps, reserved once (plan.h) */
     glm53_worker      *worker;                    /* the async step thread, started by the first submit */
 
     const char        *trace_dir;                 /* $GLM53_TRACE_DIR: dump intermediates of every step there */
@@ -140,11 +163,17 @@ struct glm53_seq {
     int64_t         *state_len;    /* [ring] */
     int64_t         *conv_pos;     /* [conv_width] */
     int64_t         *mtp_length;   /* [n_mtp] positions each MTP layer's cache holds */
-    layer_cache     *layers;       /* [num_hidden_layers + n_mtp] (MTP layers after the main ones) */
+    int32_t          n_layers;     /* cache layers per rank: num_hidden_layers + n_mtp (MTP layers last) */
+    layer_cache     *layers;       /* [n_ranks][n_layers]: each rank's caches (capture rows on rank 0 only) */
     int64_t          bytes;
     int32_t          in_step;      /* steps running (or queued on the worker) that include this sequence */
     bool             free_requested;   /* freed while in a step: released when the step ends */
 };
+
+/* Rank rk's cache of `layer` in sequence s. */
+static inline layer_cache *seq_cache(const glm53_seq *s, const glm53_rank *rk, int layer) {
+    return &s->layers[(int64_t)rk->index * s->n_layers + layer];
+}
 
 /* model.c */
 void glm53_model_destroy(glm53_model *model);

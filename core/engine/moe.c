@@ -14,16 +14,20 @@
 
 #include <stdlib.h>
 
-glm53_status mlp_load(glm53_model *m, const char *prefix, mlp_weights *w, int64_t width, const char *infix, int layer) {
-    int64_t D = m->config.text.hidden_size;
-    LOAD2(&w->gate, width, D, "layers.%d.mlp.%sgate_proj.weight", layer, infix);
-    LOAD2(&w->up, width, D, "layers.%d.mlp.%sup_proj.weight", layer, infix);
-    LOAD2(&w->down, D, width, "layers.%d.mlp.%sdown_proj.weight", layer, infix);
+/* Width split across the tp ranks: gate and up by rows, down by columns (SwiGLU is elementwise, so each rank's
+ * down projection is a partial sum of the whole one). */
+glm53_status mlp_load(glm53_rank *rk, const char *prefix, mlp_weights *w, int64_t width, const char *infix, int layer) {
+    int64_t D = rk->model->config.text.hidden_size;
+    LOAD2_TP_ROWS(&w->gate, width, D, "layers.%d.mlp.%sgate_proj.weight", layer, infix);
+    LOAD2_TP_ROWS(&w->up, width, D, "layers.%d.mlp.%sup_proj.weight", layer, infix);
+    LOAD2_TP_COLS(&w->down, D, width, "layers.%d.mlp.%sdown_proj.weight", layer, infix);
     return GLM53_OK;
 }
 
-glm53_status moe_load(glm53_model *m, const char *prefix, moe_weights *w, int layer) {
-    const glm53_text_config *c = &m->config.text;
+/* The router whole on every rank (every rank routes every row the same way); the experts rk holds, each split
+ * like a dense MLP; the shared expert on the ranks of ep_rank 0. */
+glm53_status moe_load(glm53_rank *rk, const char *prefix, moe_weights *w, int layer) {
+    const glm53_text_config *c = &rk->model->config.text;
     int64_t D = c->hidden_size, E = c->n_routed_experts, Fe = c->moe_intermediate_size;
     LOAD2(&w->router, E, D, "layers.%d.mlp.gate.weight", layer);
     LOAD1(&w->bias, E, "layers.%d.mlp.gate.e_score_correction_bias", layer);
@@ -35,23 +39,25 @@ glm53_status moe_load(glm53_model *m, const char *prefix, moe_weights *w, int la
     w->down_ptr = calloc((size_t)E, sizeof *w->down_ptr);
     if (!w->gate || !w->up || !w->down || !w->gate_ptr || !w->up_ptr || !w->down_ptr)
         return GLM53_FAIL(GLM53_ERR_OUT_OF_MEMORY, "no memory for %lld expert descriptors", (long long)E);
-    for (int64_t e = 0; e < E; e++) {
-        LOAD2(&w->gate[e], Fe, D, "layers.%d.mlp.experts.%lld.gate_proj.weight", layer, (long long)e);
-        LOAD2(&w->up[e], Fe, D, "layers.%d.mlp.experts.%lld.up_proj.weight", layer, (long long)e);
-        LOAD2(&w->down[e], D, Fe, "layers.%d.mlp.experts.%lld.down_proj.weight", layer, (long long)e);
+    for (int64_t e = rk->first_expert; e < rk->first_expert + rk->n_experts_held; e++) {
+        LOAD2_TP_ROWS(&w->gate[e], Fe, D, "layers.%d.mlp.experts.%lld.gate_proj.weight", layer, (long long)e);
+        LOAD2_TP_ROWS(&w->up[e], Fe, D, "layers.%d.mlp.experts.%lld.up_proj.weight", layer, (long long)e);
+        LOAD2_TP_COLS(&w->down[e], D, Fe, "layers.%d.mlp.experts.%lld.down_proj.weight", layer, (long long)e);
         w->gate_ptr[e] = &w->gate[e];
         w->up_ptr[e] = &w->up[e];
         w->down_ptr[e] = &w->down[e];
     }
-    w->experts = (glm53_expert_set){(int32_t)E, w->gate_ptr, w->up_ptr, w->down_ptr, NULL};
-    if (m->be->ops->prepare_experts) GLM53_TRY(m->be->ops->prepare_experts(m->be, &w->experts));
-    if (c->n_shared_experts > 0)
-        GLM53_TRY(mlp_load(m, prefix, &w->shared, Fe * c->n_shared_experts, "shared_experts.", layer));
+    w->experts = (glm53_expert_set){.n_experts = (int32_t)E, .gate = w->gate_ptr, .up = w->up_ptr,
+                                    .down = w->down_ptr, .first_held = rk->first_expert,
+                                    .n_held = rk->n_experts_held < E ? rk->n_experts_held : 0};
+    if (rk->be->ops->prepare_experts) GLM53_TRY(rk->be->ops->prepare_experts(rk->be, &w->experts));
+    if (c->n_shared_experts > 0 && rk->holds_shared_expert)
+        GLM53_TRY(mlp_load(rk, prefix, &w->shared, Fe * c->n_shared_experts, "shared_experts.", layer));
     return GLM53_OK;
 }
 
-void moe_free(glm53_model *m, moe_weights *w) {
-    if (w->experts.device && m->be->ops->release_experts) m->be->ops->release_experts(m->be, &w->experts);
+void moe_free(glm53_rank *rk, moe_weights *w) {
+    if (w->experts.device && rk->be->ops->release_experts) rk->be->ops->release_experts(rk->be, &w->experts);
     free(w->gate); free(w->up); free(w->down);
     free(w->gate_ptr); free(w->up_ptr); free(w->down_ptr);
 }
@@ -78,8 +84,8 @@ static void capture_routing(step_ctx *sc, const glm53_tensor *ids, const glm53_t
     int64_t K = ids->shape[1];
     for (int32_t i = 0; i < sc->n_seqs && sc->st == GLM53_OK; i++) {
         const seq_slice *s = &sc->slices[i];
-        layer_cache *lc = &s->seq->layers[sc->layer];
-        if (!lc->cap_ids) continue;
+        layer_cache *lc = seq_cache(s->seq, sc->rank, sc->layer);
+        if (!lc->cap_ids) continue;   /* not asked for, or not rank 0 (every rank routes alike) */
         glm53_tensor id_rows = rows(ids, s->row0, s->n_rows), wt_rows = rows(wts, s->row0, s->n_rows);
         OP(sc->be->ops->download(sc->be, lc->cap_ids + s->pos0 * K, &id_rows));
         OP(sc->be->ops->download(sc->be, lc->cap_weights + s->pos0 * K, &wt_rows));
@@ -100,7 +106,7 @@ void moe_forward(step_ctx *sc, const moe_weights *w, const glm53_tensor *xn, glm
     trace(sc, sc->layer, "moe_logits", logits);
     trace(sc, sc->layer, "moe_weights", wts);
     trace(sc, sc->layer, "moe_routed", y);
-    if (c->n_shared_experts > 0) {
+    if (w->shared.gate.data) {   /* this rank holds (its slice of) the shared expert */
         glm53_tensor *shared = NEW(sc->act, 2, N, c->hidden_size, 0);
         mlp_forward(sc, &w->shared, xn, shared);
         OP(be->ops->binary(be, y, y, shared, GLM53_BINARY_ADD));

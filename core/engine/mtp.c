@@ -9,8 +9,8 @@
 #include "core/engine/graph.h"
 #include "core/engine/weights.h"
 
-glm53_status mtp_load(glm53_model *m, const char *prefix, mtp_weights *w, int layer) {
-    const glm53_text_config *c = &m->config.text;
+glm53_status mtp_load(glm53_rank *rk, const char *prefix, mtp_weights *w, int layer) {
+    const glm53_text_config *c = &rk->model->config.text;
     int64_t D = c->hidden_size;
     LOAD1(&w->enorm, D, "layers.%d.enorm.weight", layer);
     LOAD1(&w->hnorm, D, "layers.%d.hnorm.weight", layer);
@@ -21,16 +21,16 @@ glm53_status mtp_load(glm53_model *m, const char *prefix, mtp_weights *w, int la
     L->mlp_type = GLM53_MLP_MOE;
     LOAD1(&L->input_norm, D, "layers.%d.input_layernorm.weight", layer);
     LOAD1(&L->post_attn_norm, D, "layers.%d.post_attention_layernorm.weight", layer);
-    GLM53_TRY(sparse_mla_load(m, prefix, &L->mla, layer));
-    GLM53_TRY(kpool_indexer_load(m, prefix, &L->indexer, layer));   /* an MTP layer always has a full indexer */
-    return moe_load(m, prefix, &L->moe, layer);
+    GLM53_TRY(sparse_mla_load(rk, prefix, &L->mla, layer));
+    GLM53_TRY(kpool_indexer_load(rk, prefix, &L->indexer, layer));   /* an MTP layer always has a full indexer */
+    return moe_load(rk, prefix, &L->moe, layer);
 }
 
 void mtp_forward(step_ctx *sc, int32_t mtp_layer) {
     glm53_model *m = sc->m;
     glm53_backend *be = sc->be;
     const glm53_text_config *c = &m->config.text;
-    const mtp_weights *w = &m->mtp[mtp_layer];
+    const mtp_weights *w = &sc->rank->mtp[mtp_layer];
     int64_t N = sc->N, D = c->hidden_size;
     float eps = c->rms_norm_eps;
 
@@ -52,9 +52,11 @@ void mtp_forward(step_ctx *sc, int32_t mtp_layer) {
     OP(be->ops->rmsnorm(be, u, z, &w->block.input_norm, eps));
     sc->layer = c->num_hidden_layers + mtp_layer;
     if (sc->st == GLM53_OK) sparse_mla_forward(sc, &w->block, sc->layer, u, y);
+    all_reduce(sc, y, GLM53_COMM_TP);
     OP(be->ops->binary(be, z, z, y, GLM53_BINARY_ADD));
     OP(be->ops->rmsnorm(be, u, z, &w->block.post_attn_norm, eps));
     if (sc->st == GLM53_OK) moe_forward(sc, &w->block.moe, u, y);
+    all_reduce(sc, y, GLM53_COMM_WORLD);
     OP(be->ops->binary(be, z, z, y, GLM53_BINARY_ADD));
     if (sc->st != GLM53_OK || sc->n_out == 0 || !(sc->want_logits || sc->want_hidden)) return;
     glm53_tensor *zo = NEW(sc->act, 2, sc->n_out, D, 0), *ho = NEW(sc->act, 2, sc->n_out, D, 0);

@@ -11,6 +11,10 @@
  * length is still there, the conv ring still holds the K-1 rows before it, and sparse MLA rows past the new length are
  * simply overwritten later (a pool is recompressed when it closes again).
  *
+ * With several ranks each rank holds its own caches: the KDA rings of its heads, and the whole sparse MLA and
+ * indexer rows (the latent is shared by all heads, the indexer is replicated). The bookkeeping (lengths, which
+ * ring slot holds what) is one, in the sequence. The research capture rows live with rank 0's caches.
+ *
  * Freeing a sequence that a running (or queued) step includes only marks it: it leaves the model's list of live
  * sequences at once, so no later step accepts it, and its memory goes when the step ends.
  */
@@ -20,11 +24,11 @@
 
 static void seq_release(glm53_seq *s) {
     if (!s) return;
-    glm53_backend *be = s->model->be;
-    if (s->layers) {
-        int n = s->model->config.text.num_hidden_layers + s->model->n_mtp;
-        for (int l = 0; l < n; l++) {
-            layer_cache *lc = &s->layers[l];
+    for (int32_t r = 0; s->layers && r < s->model->n_ranks; r++) {
+        glm53_rank *rk = &s->model->ranks[r];
+        glm53_backend *be = rk->be;
+        for (int l = 0; l < s->n_layers; l++) {
+            layer_cache *lc = seq_cache(s, rk, l);
             glm53_tensor *all[] = {&lc->conv[0], &lc->conv[1], &lc->conv[2], &lc->states, &lc->latent,
                                    &lc->kappa, &lc->sigma, &lc->pooled};
             for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
@@ -41,9 +45,9 @@ static void seq_release(glm53_seq *s) {
     free(s);
 }
 
-static glm53_status cache_tensor(glm53_seq *s, glm53_tensor *t, int dtype, int ndim, int64_t d0, int64_t d1,
+static glm53_status cache_tensor(glm53_rank *rk, glm53_tensor *t, int dtype, int ndim, int64_t d0, int64_t d1,
                                  int64_t d2, int64_t d3) {
-    glm53_backend *be = s->model->be;
+    glm53_backend *be = rk->be;
     *t = (glm53_tensor){.dtype = dtype, .device = be->device, .ndim = ndim, .shape = {d0, d1, d2, d3}};
     GLM53_TRY(be->ops->alloc(be, t));
     return GLM53_OK;
@@ -54,13 +58,14 @@ static int64_t selection_width(const glm53_text_config *c) {
     return c->index_topk + (c->index_kpool_always_select_tail ? c->index_kpool - 1 : 0);
 }
 
-/* The layers' capture rows (host memory; not part of the cache budget, which is the backend's memory). */
+/* The layers' capture rows, with rank 0's caches (host memory; not part of the cache budget, which is the
+ * backend's memory). */
 static glm53_status alloc_capture(glm53_seq *s) {
     const glm53_model *m = s->model;
     const glm53_text_config *c = &m->config.text;
     size_t cap = (size_t)s->params.max_tokens, k = (size_t)c->num_experts_per_tok, W = (size_t)selection_width(c);
-    for (int l = 0; l < c->num_hidden_layers + m->n_mtp; l++) {
-        layer_cache *lc = &s->layers[l];
+    for (int l = 0; l < s->n_layers; l++) {
+        layer_cache *lc = seq_cache(s, &m->ranks[0], l);
         bool main_layer = l < c->num_hidden_layers;
         bool moe = !main_layer || c->mlp_types[l] == GLM53_MLP_MOE;
         bool indexer = !main_layer || (c->layer_types[l] == GLM53_LAYER_SPARSE_MLA &&
@@ -81,16 +86,18 @@ oom:
                       (long long)cap);
 }
 
-/* The bytes a sequence with these parameters reserves, without allocating (for the budget check). */
-static int64_t seq_bytes(const glm53_model *m, int64_t cap, int32_t ring, int32_t conv_width) {
+/* The bytes a sequence with these parameters reserves on one rank, without allocating (for the budget check);
+ * every rank reserves the same. */
+static int64_t rank_seq_bytes(const glm53_model *m, int64_t cap, int32_t ring, int32_t conv_width) {
     const glm53_text_config *c = &m->config.text;
-    int64_t act = (int64_t)glm53_dtype_size((glm53_dtype)m->be->act_dtype), bytes = 0;
-    int64_t C = (int64_t)c->linear_num_heads * c->linear_head_dim, dk = c->linear_head_dim;
+    const glm53_rank *rk = &m->ranks[0];
+    int64_t act = (int64_t)glm53_dtype_size((glm53_dtype)rk->be->act_dtype), bytes = 0;
+    int64_t C = rk->kda_heads * c->linear_head_dim, dk = c->linear_head_dim;
     int64_t pools = cap / c->index_kpool + 1;
     for (int l = 0; l < c->num_hidden_layers + m->n_mtp; l++) {
         bool main_layer = l < c->num_hidden_layers;
         if (main_layer && c->layer_types[l] == GLM53_LAYER_KDA) {
-            bytes += 3 * conv_width * C * act + (int64_t)ring * c->linear_num_heads * dk * dk * 4;
+            bytes += 3 * conv_width * C * act + (int64_t)ring * rk->kda_heads * dk * dk * 4;
         } else {
             bytes += cap * c->kv_lora_rank * act;
             if (!main_layer || c->indexer_types[l] == GLM53_INDEXER_FULL)
@@ -110,12 +117,13 @@ glm53_status glm53_seq_alloc(glm53_model *m, const glm53_seq_params *params, glm
         return GLM53_FAIL(GLM53_ERR_INVALID_ARG, "seq_create: capture flags 0x%x include unknown bits", p.capture);
     int32_t ring = p.max_rollback + 1, conv_width = c->linear_conv_kernel_dim - 1 + p.max_rollback;
     if (conv_width < 1) conv_width = 1;
-    int64_t need = seq_bytes(m, p.max_tokens, ring, conv_width);
+    int64_t per_rank = rank_seq_bytes(m, p.max_tokens, ring, conv_width), need = per_rank * m->n_ranks;
 
     pthread_mutex_lock(&m->lock);
     bool fits = m->params.cache_bytes_max <= 0 || m->cache_bytes + need <= m->params.cache_bytes_max;
     if (fits) {
         m->cache_bytes += need;
+        for (int32_t r = 0; r < m->n_ranks; r++) m->ranks[r].cache_bytes += per_rank;
         m->held_seqs++;
     }
     int64_t in_use = m->cache_bytes;
@@ -132,7 +140,8 @@ glm53_status glm53_seq_alloc(glm53_model *m, const glm53_seq_params *params, glm
         s->params = p;
         s->ring = ring;
         s->conv_width = conv_width;
-        s->layers = calloc((size_t)(c->num_hidden_layers + m->n_mtp), sizeof *s->layers);
+        s->n_layers = c->num_hidden_layers + m->n_mtp;
+        s->layers = calloc((size_t)m->n_ranks * (size_t)s->n_layers, sizeof *s->layers);
         s->state_len = malloc((size_t)ring * sizeof *s->state_len);
         s->conv_pos = malloc((size_t)conv_width * sizeof *s->conv_pos);
         s->mtp_length = calloc((size_t)m->n_mtp + 1, sizeof *s->mtp_length);
@@ -141,23 +150,27 @@ glm53_status glm53_seq_alloc(glm53_model *m, const glm53_seq_params *params, glm
         st = GLM53_FAIL(GLM53_ERR_OUT_OF_MEMORY, "no memory for a sequence");
     for (int32_t i = 0; st == GLM53_OK && i < ring; i++) s->state_len[i] = i == 0 ? 0 : -1;
     for (int32_t i = 0; st == GLM53_OK && i < conv_width; i++) s->conv_pos[i] = -1;
-    int act = m->be->act_dtype;
-    int64_t C = (int64_t)c->linear_num_heads * c->linear_head_dim, dk = c->linear_head_dim;
-    int64_t dI = c->index_head_dim, pools = p.max_tokens / c->index_kpool + 1;
-    for (int l = 0; st == GLM53_OK && l < c->num_hidden_layers + m->n_mtp; l++) {
-        layer_cache *lc = &s->layers[l];
-        bool main_layer = l < c->num_hidden_layers;
-        if (main_layer && c->layer_types[l] == GLM53_LAYER_KDA) {
-            for (int j = 0; j < 3 && st == GLM53_OK; j++) st = cache_tensor(s, &lc->conv[j], act, 2, conv_width, C, 0, 0);
-            if (st == GLM53_OK) st = cache_tensor(s, &lc->states, GLM53_F32, 4, ring, c->linear_num_heads, dk, dk);
-            /* Slot 0 is the state of the empty sequence. */
-            if (st == GLM53_OK) st = m->be->ops->fill(m->be, &lc->states, 0.0f);
-        } else {
-            st = cache_tensor(s, &lc->latent, act, 2, p.max_tokens, c->kv_lora_rank, 0, 0);
-            if (st == GLM53_OK && (!main_layer || c->indexer_types[l] == GLM53_INDEXER_FULL)) {
-                st = cache_tensor(s, &lc->kappa, act, 2, p.max_tokens, dI, 0, 0);
-                if (st == GLM53_OK) st = cache_tensor(s, &lc->sigma, act, 2, p.max_tokens, dI, 0, 0);
-                if (st == GLM53_OK) st = cache_tensor(s, &lc->pooled, GLM53_F32, 2, pools, dI, 0, 0);
+    int64_t dk = c->linear_head_dim, dI = c->index_head_dim, pools = p.max_tokens / c->index_kpool + 1;
+    for (int32_t r = 0; st == GLM53_OK && r < m->n_ranks; r++) {
+        glm53_rank *rk = &m->ranks[r];
+        int act = rk->be->act_dtype;
+        int64_t Hk = rk->kda_heads, C = Hk * dk;
+        for (int l = 0; st == GLM53_OK && l < s->n_layers; l++) {
+            layer_cache *lc = seq_cache(s, rk, l);
+            bool main_layer = l < c->num_hidden_layers;
+            if (main_layer && c->layer_types[l] == GLM53_LAYER_KDA) {
+                for (int j = 0; j < 3 && st == GLM53_OK; j++)
+                    st = cache_tensor(rk, &lc->conv[j], act, 2, conv_width, C, 0, 0);
+                if (st == GLM53_OK) st = cache_tensor(rk, &lc->states, GLM53_F32, 4, ring, Hk, dk, dk);
+                /* Slot 0 is the state of the empty sequence. */
+                if (st == GLM53_OK) st = rk->be->ops->fill(rk->be, &lc->states, 0.0f);
+            } else {
+                st = cache_tensor(rk, &lc->latent, act, 2, p.max_tokens, c->kv_lora_rank, 0, 0);
+                if (st == GLM53_OK && (!main_layer || c->indexer_types[l] == GLM53_INDEXER_FULL)) {
+                    st = cache_tensor(rk, &lc->kappa, act, 2, p.max_tokens, dI, 0, 0);
+                    if (st == GLM53_OK) st = cache_tensor(rk, &lc->sigma, act, 2, p.max_tokens, dI, 0, 0);
+                    if (st == GLM53_OK) st = cache_tensor(rk, &lc->pooled, GLM53_F32, 2, pools, dI, 0, 0);
+                }
             }
         }
     }
@@ -181,6 +194,7 @@ glm53_status glm53_seq_alloc(glm53_model *m, const glm53_seq_params *params, glm
         if (s) seq_release(s);
         pthread_mutex_lock(&m->lock);
         m->cache_bytes -= need;
+        for (int32_t r = 0; r < m->n_ranks; r++) m->ranks[r].cache_bytes -= per_rank;
         m->held_seqs--;
         pthread_mutex_unlock(&m->lock);
         return st;
@@ -221,11 +235,11 @@ glm53_status glm53_seq_fork(const glm53_seq *src, int64_t n_tokens, glm53_seq **
     GLM53_TRY(check_rollback(src, n_tokens, "seq_fork"));
     glm53_seq *dst;
     GLM53_TRY(glm53_seq_alloc(src->model, &src->params, &dst));
-    glm53_backend *be = src->model->be;
-    int n = src->model->config.text.num_hidden_layers + src->model->n_mtp;
+    int n = src->n_layers;
     glm53_status st = GLM53_OK;
-    for (int l = 0; l < n && st == GLM53_OK; l++) {
-        layer_cache *a = &src->layers[l], *b = &dst->layers[l];
+    for (int64_t i = 0; i < (int64_t)src->model->n_ranks * n && st == GLM53_OK; i++) {
+        glm53_backend *be = src->model->ranks[i / n].be;
+        layer_cache *a = &src->layers[i], *b = &dst->layers[i];
         glm53_tensor *from[] = {&a->conv[0], &a->conv[1], &a->conv[2], &a->states, &a->latent, &a->kappa,
                                 &a->sigma, &a->pooled};
         glm53_tensor *to[] = {&b->conv[0], &b->conv[1], &b->conv[2], &b->states, &b->latent, &b->kappa,
@@ -240,7 +254,7 @@ glm53_status glm53_seq_fork(const glm53_seq *src, int64_t n_tokens, glm53_seq **
     /* The capture of the positions the fork keeps (host rows, like the caches they describe). */
     const glm53_text_config *c = &src->model->config.text;
     size_t k = (size_t)c->num_experts_per_tok, W = (size_t)selection_width(c), rows = (size_t)n_tokens;
-    for (int l = 0; l < n; l++) {
+    for (int l = 0; l < n; l++) {   /* rank 0's layers */
         layer_cache *a = &src->layers[l], *b = &dst->layers[l];
         if (a->cap_ids) memcpy(b->cap_ids, a->cap_ids, rows * k * sizeof *a->cap_ids);
         if (a->cap_weights) memcpy(b->cap_weights, a->cap_weights, rows * k * sizeof *a->cap_weights);
@@ -313,6 +327,7 @@ static void seq_destroy(glm53_seq *seq) {
     seq_release(seq);
     pthread_mutex_lock(&m->lock);
     m->cache_bytes -= bytes;
+    for (int32_t r = 0; r < m->n_ranks; r++) m->ranks[r].cache_bytes -= bytes / m->n_ranks;
     bool last = --m->held_seqs == 0 && m->free_requested;
     pthread_mutex_unlock(&m->lock);
     if (last) glm53_model_destroy(m);
@@ -353,7 +368,7 @@ static glm53_status capture_layer(const glm53_seq *seq, int32_t layer, const cha
     int32_t L = m->config.text.num_hidden_layers;
     if (layer < 0 || layer >= L + m->n_mtp)
         return GLM53_FAIL(GLM53_ERR_OUT_OF_RANGE, "%s: layer %d is outside [0, %d)", what, layer, L + m->n_mtp);
-    *lc = &seq->layers[layer];
+    *lc = seq_cache(seq, &m->ranks[0], layer);
     *n_positions = layer < L ? seq->length : seq->mtp_length[layer - L];
     return GLM53_OK;
 }

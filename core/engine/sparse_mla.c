@@ -10,17 +10,19 @@
 #include "core/engine/graph.h"
 #include "core/engine/weights.h"
 
-glm53_status sparse_mla_load(glm53_model *m, const char *prefix, sparse_mla_weights *w, int layer) {
-    const glm53_text_config *c = &m->config.text;
+glm53_status sparse_mla_load(glm53_rank *rk, const char *prefix, sparse_mla_weights *w, int layer) {
+    const glm53_text_config *c = &rk->model->config.text;
     int64_t D = c->hidden_size, Hm = c->num_attention_heads, Dq = c->q_lora_rank, R = c->kv_lora_rank;
     int64_t dn = c->qk_nope_head_dim, dvm = c->v_head_dim;
     LOAD2(&w->q_a, Dq, D, "layers.%d.self_attn.q_a_proj.weight", layer);
     LOAD1(&w->q_a_norm, Dq, "layers.%d.self_attn.q_a_layernorm.weight", layer);
-    LOAD2(&w->q_b, Hm * dn, Dq, "layers.%d.self_attn.q_b_proj.weight", layer);
+    /* Heads split across the tp ranks (q_b and kv_b are head-major by rows, o_proj by columns); the latent
+     * projections are whole, so every rank keeps the whole latent cache. */
+    LOAD2_TP_ROWS(&w->q_b, Hm * dn, Dq, "layers.%d.self_attn.q_b_proj.weight", layer);
     LOAD2(&w->kv_a, R, D, "layers.%d.self_attn.kv_a_proj_with_mqa.weight", layer);
     LOAD1(&w->kv_a_norm, R, "layers.%d.self_attn.kv_a_layernorm.weight", layer);
-    LOAD2(&w->kv_b, Hm * (dn + dvm), R, "layers.%d.self_attn.kv_b_proj.weight", layer);
-    LOAD2(&w->o_proj, D, Hm * dvm, "layers.%d.self_attn.o_proj.weight", layer);
+    LOAD2_TP_ROWS(&w->kv_b, Hm * (dn + dvm), R, "layers.%d.self_attn.kv_b_proj.weight", layer);
+    LOAD2_TP_COLS(&w->o_proj, D, Hm * dvm, "layers.%d.self_attn.o_proj.weight", layer);
     return GLM53_OK;
 }
 
@@ -28,7 +30,7 @@ void sparse_mla_forward(step_ctx *sc, const layer_weights *L, int layer, const g
     glm53_backend *be = sc->be;
     const glm53_text_config *c = &sc->m->config.text;
     const sparse_mla_weights *w = &L->mla;
-    int64_t N = sc->N, Hm = c->num_attention_heads, Dq = c->q_lora_rank, R = c->kv_lora_rank;
+    int64_t N = sc->N, Hm = sc->rank->mla_heads, Dq = c->q_lora_rank, R = c->kv_lora_rank;   /* this rank's heads */
     int64_t dn = c->qk_nope_head_dim, dvm = c->v_head_dim;
 
     glm53_tensor *qa = NEW(sc->act, 2, N, Dq, 0), *q = NEW(sc->act, 3, N, Hm, dn), *lat = NEW(sc->act, 2, N, R, 0);
@@ -49,7 +51,7 @@ void sparse_mla_forward(step_ctx *sc, const layer_weights *L, int layer, const g
 
     for (int32_t i = 0; i < sc->n_seqs && sc->st == GLM53_OK; i++) {
         seq_slice *s = &sc->slices[i];
-        layer_cache *lc = &s->seq->layers[layer];
+        layer_cache *lc = seq_cache(s->seq, sc->rank, layer);
         glm53_tensor src = rows(lat, s->row0, s->n_rows), qr = rows(q, s->row0, s->n_rows);
         glm53_tensor orow = rows(o, s->row0, s->n_rows);
         OP(be->ops->scatter_rows(be, &lc->latent, &src, s->pos));

@@ -13,12 +13,17 @@
  *      the lengths advanced).
  * A backend failure in a later pass leaves each sequence at the length its completed passes reached.
  *
+ * Ranks (docs/multi-gpu.md): prepare and enqueue run on every rank at once (ranks.c), each rank filling its own
+ * plan with the same metadata and running the same graph on its slices of the weights; finish reads the
+ * outputs from rank 0 (every rank computes the same logits) and waits for the others.
+ *
  * A steady-state pass allocates nothing (the plan reuses its scratch, staging and headers) and waits for the
  * device only in finish; the enqueue phase is what glm53_step_capture records.
  */
 #include "core/engine/step.h"
 
 #include "core/engine/graph.h"
+#include "core/engine/ranks.h"
 
 #include <stdlib.h>
 
@@ -89,9 +94,11 @@ static bool row_wanted(const glm53_batch *b, const int64_t *seq_start, int32_t i
     return b->want_output ? b->want_output[r] != 0 : r == seq_start[i] + b->n_rows[i] - 1;
 }
 
-/* Fills sc for the pass: its slices, the plan's metadata (host) and the views the graph reads (device). */
-static glm53_status prepare_pass(step_ctx *sc, glm53_model *m, const step_request *rq, pass_range pr) {
-    glm53_step_plan *plan = &m->plan;
+/* Fills sc for rank rk's part of the pass: its slices, the plan's metadata (host) and the views the graph reads
+ * (device). */
+static glm53_status prepare_pass(step_ctx *sc, glm53_rank *rk, const step_request *rq, pass_range pr) {
+    glm53_model *m = rk->model;
+    glm53_step_plan *plan = &rk->plan;
     const glm53_text_config *c = &m->config.text;
     const glm53_batch *b = rq->batch;
     const bool main_step = rq->mtp_layer < 0;
@@ -133,8 +140,8 @@ static glm53_status prepare_pass(step_ctx *sc, glm53_model *m, const step_reques
     if (!main_step) n_meta += 2 * N + N * D;
     GLM53_TRY(glm53_plan_begin(plan, (size_t)n_meta * 4));
 
-    *sc = (step_ctx){.m = m, .be = m->be, .plan = plan, .slices = slices, .n_seqs = n, .N = N,
-                     .act = m->be->act_dtype, .st = GLM53_OK, .n_out = n_out,
+    *sc = (step_ctx){.m = m, .rank = rk, .be = rk->be, .plan = plan, .slices = slices, .n_seqs = n, .N = N,
+                     .act = rk->be->act_dtype, .st = GLM53_OK, .n_out = n_out,
                      .want_logits = rq->out->logits != NULL, .want_hidden = rq->out->hidden != NULL};
     glm53_status *st = &sc->st;
     size_t at;
@@ -233,16 +240,24 @@ static glm53_status enqueue_pass(step_ctx *sc, const step_request *rq) {
     return sc->st;
 }
 
-/* Reads the pass's outputs into the caller's buffers at output row `out_row0`, records what the rings hold and
- * advances the lengths. `st` is the enqueue's status: a failed pass still records that its ring slots are void. */
-static glm53_status finish_pass(step_ctx *sc, const step_request *rq, glm53_status st, int64_t out_row0) {
+/* Reads the pass's outputs (rank 0's) into the caller's buffers at output row `out_row0`, waits for the other
+ * ranks, records what the rings hold and advances the lengths. `st` is the enqueue's status: a failed pass still
+ * records that its ring slots are void. ctx[r] is rank r's context of the pass. */
+static glm53_status finish_pass(glm53_model *m, step_ctx *ctx, const step_request *rq, glm53_status st,
+                                int64_t out_row0) {
+    step_ctx *sc = &ctx[0];
     glm53_backend *be = sc->be;
-    const glm53_text_config *c = &sc->m->config.text;
+    const glm53_text_config *c = &m->config.text;
     if (st == GLM53_OK && sc->logits_out)
         st = be->ops->download(be, rq->out->logits + out_row0 * c->vocab_size, sc->logits_out);
     if (st == GLM53_OK && sc->hidden_out)
         st = be->ops->download(be, rq->out->hidden + out_row0 * c->hidden_size, sc->hidden_out);
     if (st == GLM53_OK && !sc->logits_out && !sc->hidden_out) st = be->ops->sync(be);
+    for (int32_t r = 1; r < m->n_ranks; r++) {
+        glm53_backend *other = m->ranks[r].be;
+        glm53_status synced = other->ops->sync(other);
+        if (st == GLM53_OK && synced != GLM53_OK) st = synced;
+    }
     for (int32_t i = 0; i < sc->n_seqs; i++) {
         seq_slice *s = &sc->slices[i];
         if (rq->mtp_layer < 0) {
@@ -252,7 +267,41 @@ static glm53_status finish_pass(step_ctx *sc, const step_request *rq, glm53_stat
             s->seq->mtp_length[rq->mtp_layer] += s->n_rows;
         }
     }
-    if (rq->mtp_layer < 0) sc->m->trace_step++;
+    if (rq->mtp_layer < 0) m->trace_step++;
+    return st;
+}
+
+/* One pass on one rank (glm53_ranks_run): prepare, then enqueue or capture. */
+typedef struct {
+    const step_request *rq;
+    pass_range          pr;
+    step_ctx           *ctx;         /* [n_ranks] */
+    glm53_graph       **capture;     /* NULL: run eagerly; else [n_ranks] record each rank's graph */
+    glm53_step_graph   *replay;      /* NULL, or launch its graphs instead of enqueueing */
+} pass_job;
+
+static glm53_status rank_graph_launch(glm53_rank *rk, const pass_job *job);
+
+static glm53_status rank_pass(glm53_rank *rk, void *arg) {
+    pass_job *job = arg;
+    step_ctx *sc = &job->ctx[rk->index];
+    rk->be->workspace = &rk->plan.ws;
+    glm53_status st = prepare_pass(sc, rk, job->rq, job->pr);
+    if (st == GLM53_OK && job->replay) {
+        st = rank_graph_launch(rk, job);
+    } else if (st == GLM53_OK && job->capture) {
+        rk->plan.ws.frozen = true;
+        st = rk->be->ops->capture_begin(rk->be);
+        if (st == GLM53_OK) {
+            glm53_status run = enqueue_pass(sc, job->rq);
+            st = rk->be->ops->capture_end(rk->be, &job->capture[rk->index]);
+            if (run != GLM53_OK) st = run;
+        }
+        rk->plan.ws.frozen = false;
+    } else if (st == GLM53_OK) {
+        st = enqueue_pass(sc, job->rq);
+    }
+    rk->be->workspace = NULL;
     return st;
 }
 
@@ -305,17 +354,15 @@ static glm53_status run_step(glm53_model *m, const step_request *rq) {
     GLM53_TRY(step_enter(m, rq->batch, rq->mtp_layer < 0 ? "model_step" : "mtp_step"));
     int64_t total = 0, *starts = NULL;
     glm53_status st = validate(m, rq, &total);
-    if (st == GLM53_OK) st = seq_starts(&m->plan, rq->batch, &starts);
+    if (st == GLM53_OK) st = seq_starts(&m->ranks[0].plan, rq->batch, &starts);
     int64_t out_row = 0, pass_rows = m->params.step_rows;
+    step_ctx ctx[GLM53_MAX_RANKS];
     for (int64_t r0 = 0; st == GLM53_OK && r0 < total; r0 += pass_rows) {
-        pass_range pr = {r0, r0 + pass_rows < total ? r0 + pass_rows : total, starts};
-        step_ctx sc = {0};
-        m->be->workspace = &m->plan.ws;
-        st = prepare_pass(&sc, m, rq, pr);
-        if (st == GLM53_OK) st = enqueue_pass(&sc, rq);
-        st = finish_pass(&sc, rq, st, out_row);
-        m->be->workspace = NULL;
-        out_row += sc.n_out;
+        pass_job job = {.rq = rq, .pr = {r0, r0 + pass_rows < total ? r0 + pass_rows : total, starts}, .ctx = ctx};
+        memset(ctx, 0, (size_t)m->n_ranks * sizeof ctx[0]);
+        st = glm53_ranks_run(m, rank_pass, &job);
+        st = finish_pass(m, ctx, rq, st, out_row);
+        out_row += ctx[0].n_out;
     }
     if (st == GLM53_OK) rq->out->n_out = (int32_t)out_row;
     step_leave(m, rq->batch);
@@ -347,26 +394,33 @@ int32_t glm53_model_n_mtp(const glm53_model *m) { return m ? m->n_mtp : 0; }
  * Capture and replay (step.h)
  */
 struct glm53_step_graph {
-    glm53_graph  *graph;
-    uint64_t      generation;     /* the plan's, at capture */
+    glm53_graph  *graphs[GLM53_MAX_RANKS];       /* each rank's */
+    uint64_t      generations[GLM53_MAX_RANKS];  /* each rank plan's, at capture */
     int32_t       n_seqs;
     glm53_seq   **seqs;           /* the batch's sequences and the lengths they held */
     int64_t      *lengths;
     int64_t       n_rows, n_out;
-    glm53_tensor  logits, hidden; /* the outputs in the scratch (data NULL: not asked for) */
+    glm53_tensor  logits, hidden; /* rank 0's outputs in its scratch (data NULL: not asked for) */
 };
 
 void glm53_step_graph_free(glm53_model *m, glm53_step_graph *g) {
     if (!g) return;
-    if (g->graph) m->be->ops->graph_free(m->be, g->graph);
+    for (int32_t r = 0; r < m->n_ranks; r++)
+        if (g->graphs[r]) m->ranks[r].be->ops->graph_free(m->ranks[r].be, g->graphs[r]);
     free(g->seqs);
     free(g->lengths);
     free(g);
 }
 
-/* The batch is the captured one, at the captured lengths, and the plan has not moved since. */
+static bool same_generations(const glm53_model *m, const glm53_step_graph *g) {
+    for (int32_t r = 0; r < m->n_ranks; r++)
+        if (glm53_plan_generation(&m->ranks[r].plan) != g->generations[r]) return false;
+    return true;
+}
+
+/* The batch is the captured one, at the captured lengths, and no plan has moved since. */
 static glm53_status check_replay(glm53_model *m, const glm53_step_graph *g, const glm53_batch *b) {
-    bool same = b->n_seqs == g->n_seqs && glm53_plan_generation(&m->plan) == g->generation;
+    bool same = b->n_seqs == g->n_seqs && same_generations(m, g);
     for (int32_t i = 0; same && i < b->n_seqs; i++) same = b->seqs[i] == g->seqs[i] && b->seqs[i]->length == g->lengths[i];
     if (!same)
         return GLM53_FAIL(GLM53_ERR_INVALID_ARG, "step_replay: the batch, its sequences' lengths or the step plan "
@@ -374,11 +428,19 @@ static glm53_status check_replay(glm53_model *m, const glm53_step_graph *g, cons
     return GLM53_OK;
 }
 
+/* Replay on one rank: the metadata was refilled by prepare_pass at the same place; launch the rank's graph. */
+static glm53_status rank_graph_launch(glm53_rank *rk, const pass_job *job) {
+    if (glm53_plan_generation(&rk->plan) != job->replay->generations[rk->index])
+        return GLM53_FAIL(GLM53_ERR_INVALID_ARG, "step_replay: the step plan moved while preparing the replay");
+    return rk->be->ops->graph_launch(rk->be, job->replay->graphs[rk->index]);
+}
+
 glm53_status glm53_step_capture(glm53_model *m, const glm53_batch *b, glm53_step_graph **out) {
     if (!m || !out) return GLM53_FAIL(GLM53_ERR_INVALID_ARG, "step_capture: model and out are required");
     *out = NULL;
-    if (!m->be->ops->capture_begin)
-        return GLM53_FAIL(GLM53_ERR_UNSUPPORTED, "step_capture: the %s backend cannot capture", m->be->ops->name);
+    glm53_backend *be0 = m->ranks[0].be;
+    if (!be0->ops->capture_begin)
+        return GLM53_FAIL(GLM53_ERR_UNSUPPORTED, "step_capture: the %s backend cannot capture", be0->ops->name);
     if (m->trace_dir) return GLM53_FAIL(GLM53_ERR_UNSUPPORTED, "step_capture: a traced step waits for the device");
     /* Outputs land in the scratch; the replay downloads them into its own buffers. */
     float probe_logits, probe_hidden;
@@ -389,7 +451,7 @@ glm53_status glm53_step_capture(glm53_model *m, const glm53_batch *b, glm53_step
     glm53_status st = validate(m, &rq, &total);
     if (st == GLM53_OK && total > m->params.step_rows)
         st = GLM53_FAIL(GLM53_ERR_UNSUPPORTED, "step_capture: %lld rows take more than one pass", (long long)total);
-    if (st == GLM53_OK) st = seq_starts(&m->plan, b, &starts);
+    if (st == GLM53_OK) st = seq_starts(&m->ranks[0].plan, b, &starts);
     glm53_step_graph *g = st == GLM53_OK ? calloc(1, sizeof *g) : NULL;
     if (g) {
         g->seqs = malloc((size_t)b->n_seqs * sizeof *g->seqs);
@@ -397,35 +459,27 @@ glm53_status glm53_step_capture(glm53_model *m, const glm53_batch *b, glm53_step
     }
     if (st == GLM53_OK && (!g || !g->seqs || !g->lengths))
         st = GLM53_FAIL(GLM53_ERR_OUT_OF_MEMORY, "step_capture: no memory");
-    step_ctx sc = {0};
-    m->be->workspace = &m->plan.ws;
-    if (st == GLM53_OK) st = prepare_pass(&sc, m, &rq, (pass_range){0, total, starts});
+    step_ctx ctx[GLM53_MAX_RANKS];
+    memset(ctx, 0, (size_t)m->n_ranks * sizeof ctx[0]);
     if (st == GLM53_OK) {
-        m->plan.ws.frozen = true;
-        st = m->be->ops->capture_begin(m->be);
-        if (st == GLM53_OK) {
-            glm53_status run = enqueue_pass(&sc, &rq);
-            st = m->be->ops->capture_end(m->be, &g->graph);
-            if (run != GLM53_OK) st = run;
-        }
-        m->plan.ws.frozen = false;
+        pass_job job = {.rq = &rq, .pr = {0, total, starts}, .ctx = ctx, .capture = g->graphs};
+        st = glm53_ranks_run(m, rank_pass, &job);
     }
-    m->be->workspace = NULL;
     step_leave(m, b);
     if (st != GLM53_OK) {
         glm53_step_graph_free(m, g);
         return st;
     }
-    g->generation = glm53_plan_generation(&m->plan);
+    for (int32_t r = 0; r < m->n_ranks; r++) g->generations[r] = glm53_plan_generation(&m->ranks[r].plan);
     g->n_seqs = b->n_seqs;
     for (int32_t i = 0; i < b->n_seqs; i++) {
         g->seqs[i] = b->seqs[i];
         g->lengths[i] = b->seqs[i]->length;
     }
     g->n_rows = total;
-    g->n_out = sc.n_out;
-    if (sc.logits_out) g->logits = *sc.logits_out;
-    if (sc.hidden_out) g->hidden = *sc.hidden_out;
+    g->n_out = ctx[0].n_out;
+    if (ctx[0].logits_out) g->logits = *ctx[0].logits_out;
+    if (ctx[0].hidden_out) g->hidden = *ctx[0].hidden_out;
     *out = g;
     return GLM53_OK;
 }
@@ -439,20 +493,19 @@ glm53_status glm53_step_replay(glm53_model *m, glm53_step_graph *g, const glm53_
     if (st == GLM53_OK) st = check_replay(m, g, b);
     if (st == GLM53_OK && (total != g->n_rows || (out->logits && !g->logits.data) || (out->hidden && !g->hidden.data)))
         st = GLM53_FAIL(GLM53_ERR_INVALID_ARG, "step_replay: rows or outputs differ from the captured step's");
-    if (st == GLM53_OK) st = seq_starts(&m->plan, b, &starts);
-    step_ctx sc = {0};
-    m->be->workspace = &m->plan.ws;
+    if (st == GLM53_OK) st = seq_starts(&m->ranks[0].plan, b, &starts);
+    step_ctx ctx[GLM53_MAX_RANKS];
+    memset(ctx, 0, (size_t)m->n_ranks * sizeof ctx[0]);
     /* Refill the metadata staging (same batch, same lengths: the same bytes at the same place), then replay. */
-    if (st == GLM53_OK) st = prepare_pass(&sc, m, &rq, (pass_range){0, total, starts});
-    if (st == GLM53_OK && glm53_plan_generation(&m->plan) != g->generation)
-        st = GLM53_FAIL(GLM53_ERR_INVALID_ARG, "step_replay: the step plan moved while preparing the replay");
-    if (st == GLM53_OK) st = m->be->ops->graph_launch(m->be, g->graph);
-    if (sc.slices) {
-        sc.logits_out = out->logits ? &g->logits : NULL;
-        sc.hidden_out = out->hidden ? &g->hidden : NULL;
-        st = finish_pass(&sc, &rq, st, 0);
+    if (st == GLM53_OK) {
+        pass_job job = {.rq = &rq, .pr = {0, total, starts}, .ctx = ctx, .replay = g};
+        st = glm53_ranks_run(m, rank_pass, &job);
     }
-    m->be->workspace = NULL;
+    if (ctx[0].slices) {
+        ctx[0].logits_out = out->logits ? &g->logits : NULL;
+        ctx[0].hidden_out = out->hidden ? &g->hidden : NULL;
+        st = finish_pass(m, ctx, &rq, st, 0);
+    }
     if (st == GLM53_OK) out->n_out = (int32_t)g->n_out;
     step_leave(m, b);
     return st;

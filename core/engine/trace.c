@@ -8,7 +8,7 @@
 #include <stdlib.h>
 
 void trace(step_ctx *sc, int layer, const char *name, const glm53_tensor *t) {
-    if (!sc->m->trace_dir || sc->st != GLM53_OK || !t) return;
+    if (!sc->m->trace_dir || sc->st != GLM53_OK || !t || sc->rank->index != 0) return;   /* rank 0 speaks */
     glm53_plan_mark mark = glm53_plan_mark_get(sc->plan);
     int64_t n = glm53_tensor_numel(t);
     glm53_tensor *t32 = NEW(GLM53_F32, 1, n, 0, 0);

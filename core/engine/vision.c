@@ -20,6 +20,8 @@
  *
  * Memory: work goes in chunks of whole segments (at most CHUNK_ROWS patch rows, or one larger segment), so a long
  * video does not need all its activations at once; every chunk's temporaries are the step plan's scratch.
+ * With several ranks (docs/multi-gpu.md) the tower is whole on rank 0: it runs once per image and its embeddings
+ * come back to the host, from where a step gives them to every rank.
  */
 #include "core/engine/vision.h"
 
@@ -68,7 +70,7 @@ static glm53_status place(glm53_model *m, const glm53_tensor *host, glm53_tensor
     if (host->scale)
         return GLM53_FAIL(GLM53_ERR_UNSUPPORTED, "vision: FP8 weight %s: the vision tower is BF16 in every released "
                           "checkpoint and FP8 vision weights are not supported", host->name ? host->name : "?");
-    return glm53_weight_place(m, host, GLM53_SHARD_WHOLE, out);
+    return glm53_weight_place(&m->ranks[0], host, GLM53_SHARD_WHOLE, out);
 }
 
 static glm53_status load_weight(glm53_model *m, const char *name, int ndim, const int64_t *dims, glm53_tensor *out) {
@@ -84,7 +86,7 @@ static glm53_status load_f32(glm53_model *m, const char *name, int64_t n, glm53_
     float *buf = malloc((size_t)n * sizeof *buf);
     if (!buf) return GLM53_FAIL(GLM53_ERR_OUT_OF_MEMORY, "vision: no memory for %s", name);
     glm53_status st = glm53_tensor_to_f32(t, buf, n);
-    if (st == GLM53_OK) st = glm53_weight_upload(m, GLM53_F32, n, 0, buf, t->name, out);
+    if (st == GLM53_OK) st = glm53_weight_upload(&m->ranks[0], GLM53_F32, n, 0, buf, t->name, out);
     free(buf);
     return st;
 }
@@ -142,7 +144,7 @@ static glm53_status load_downsample(glm53_model *m, glm53_vision *v) {
             for (int64_t ab = 0; ab < ms * ms; ab++)
                 memcpy(buf + ((size_t)(o * K + ab * Dv + ch)) * es, src + ((size_t)((o * Dv + ch) * ms * ms + ab)) * es,
                        es);
-    glm53_status st = glm53_weight_upload(m, t->dtype, Do, K, buf, t->name, &v->down_w);
+    glm53_status st = glm53_weight_upload(&m->ranks[0], t->dtype, Do, K, buf, t->name, &v->down_w);
     free(buf);
     return st;
 }
@@ -346,11 +348,12 @@ glm53_status glm53_model_encode_vision(glm53_model *m, const float *pixels, int6
     }
     /* Chunks of whole segments, each in the step plan's scratch (no metadata: pixels and positions upload as they
      * are, the encoder is not a decode step). */
-    step_ctx sc = {.m = m, .be = m->be, .plan = &m->plan};
+    glm53_rank *rk = &m->ranks[0];   /* the tower is whole on rank 0; its embeddings go back to the host */
+    step_ctx sc = {.m = m, .rank = rk, .be = rk->be, .plan = &rk->plan};
     int64_t seg0 = 0, row0 = 0;
-    m->be->workspace = &m->plan.ws;
+    rk->be->workspace = &rk->plan.ws;
     while (st == GLM53_OK && seg0 < n_seg) {
-        st = glm53_plan_begin(&m->plan, 0);
+        st = glm53_plan_begin(&rk->plan, 0);
         if (st != GLM53_OK) break;
         int64_t seg1 = seg0, n = 0;
         cu[0] = 0;
@@ -365,7 +368,7 @@ glm53_status glm53_model_encode_vision(glm53_model *m, const float *pixels, int6
         row0 += n;
         seg0 = seg1;
     }
-    m->be->workspace = NULL;
+    rk->be->workspace = NULL;
     free(seg_len);
     free(cu);
     free(pos);

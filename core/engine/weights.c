@@ -10,43 +10,43 @@
 /* ------------------------------------------------------------------------------------------------------------
  * Ownership
  */
-/* A new tensor header the model owns, for a backend allocation (released with the model). */
-static glm53_status own_new(glm53_model *m, glm53_tensor **out) {
+/* A new tensor header the rank owns, for a backend allocation (released with the model). */
+static glm53_status own_new(glm53_rank *rk, glm53_tensor **out) {
     *out = NULL;
-    if (m->n_owned == m->cap_owned) {
-        int64_t cap = m->cap_owned ? 2 * m->cap_owned : 256;
-        glm53_tensor **grown = realloc(m->owned, (size_t)cap * sizeof *grown);
+    if (rk->n_owned == rk->cap_owned) {
+        int64_t cap = rk->cap_owned ? 2 * rk->cap_owned : 256;
+        glm53_tensor **grown = realloc(rk->owned, (size_t)cap * sizeof *grown);
         if (!grown) return GLM53_FAIL(GLM53_ERR_OUT_OF_MEMORY, "no memory for the weight table");
-        m->owned = grown;
-        m->cap_owned = cap;
+        rk->owned = grown;
+        rk->cap_owned = cap;
     }
     glm53_tensor *t = calloc(1, sizeof *t);
     if (!t) return GLM53_FAIL(GLM53_ERR_OUT_OF_MEMORY, "no memory for a weight header");
-    m->owned[m->n_owned++] = t;
+    rk->owned[rk->n_owned++] = t;
     *out = t;
     return GLM53_OK;
 }
 
-void glm53_weights_free(glm53_model *m) {
-    for (int64_t i = 0; i < m->n_owned; i++) {
-        if (m->owned[i]->data) m->be->ops->release(m->be, m->owned[i]);
-        free(m->owned[i]);
+void glm53_weights_free(glm53_rank *rk) {
+    for (int64_t i = 0; i < rk->n_owned; i++) {
+        if (rk->owned[i]->data) rk->be->ops->release(rk->be, rk->owned[i]);
+        free(rk->owned[i]);
     }
-    free(m->owned);
-    m->owned = NULL;
-    m->n_owned = m->cap_owned = 0;
+    free(rk->owned);
+    rk->owned = NULL;
+    rk->n_owned = rk->cap_owned = 0;
 }
 
 /* An owned backend tensor shaped like `shape_of` (dtype, ndim, shape), filled from contiguous host bytes. */
-static glm53_status upload_owned(glm53_model *m, const glm53_tensor *shape_of, const void *host, glm53_tensor **out) {
+static glm53_status upload_owned(glm53_rank *rk, const glm53_tensor *shape_of, const void *host, glm53_tensor **out) {
     glm53_tensor *t;
-    GLM53_TRY(own_new(m, &t));
-    *t = (glm53_tensor){.dtype = shape_of->dtype, .device = m->be->device, .ndim = shape_of->ndim,
+    GLM53_TRY(own_new(rk, &t));
+    *t = (glm53_tensor){.dtype = shape_of->dtype, .device = rk->be->device, .ndim = shape_of->ndim,
                         .block_rows = shape_of->block_rows, .block_cols = shape_of->block_cols,
                         .name = shape_of->name};
     memcpy(t->shape, shape_of->shape, sizeof t->shape);
-    GLM53_TRY(m->be->ops->alloc(m->be, t));
-    GLM53_TRY(m->be->ops->upload(m->be, t, host));
+    GLM53_TRY(rk->be->ops->alloc(rk->be, t));
+    GLM53_TRY(rk->be->ops->upload(rk->be, t, host));
     *out = t;
     return GLM53_OK;
 }
@@ -72,8 +72,8 @@ glm53_status glm53_weight_find(glm53_model *m, const char *name, int ndim, const
     return GLM53_OK;
 }
 
-glm53_status glm53_weight_load(glm53_model *m, const char *prefix, glm53_tensor *out, int ndim, const int64_t *dims,
-                               const char *fmt, ...) {
+glm53_status glm53_weight_load(glm53_rank *rk, const char *prefix, glm53_tensor *out, glm53_shard shard, int ndim,
+                               const int64_t *dims, const char *fmt, ...) {
     char name[256];
     int n = snprintf(name, sizeof name, "%s", prefix);
     va_list ap;
@@ -81,8 +81,8 @@ glm53_status glm53_weight_load(glm53_model *m, const char *prefix, glm53_tensor 
     vsnprintf(name + n, sizeof name - (size_t)n, fmt, ap);
     va_end(ap);
     const glm53_tensor *t;
-    GLM53_TRY(glm53_weight_find(m, name, ndim, dims, "the config", &t));
-    return glm53_weight_place(m, t, GLM53_SHARD_WHOLE, out);
+    GLM53_TRY(glm53_weight_find(rk->model, name, ndim, dims, "the config", &t));
+    return glm53_weight_place(rk, t, shard, out);
 }
 
 /* ------------------------------------------------------------------------------------------------------------
@@ -112,10 +112,25 @@ static glm53_status host_slice(const glm53_tensor *t, int dim, int64_t begin, in
     return GLM53_OK;
 }
 
-glm53_status glm53_weight_place(glm53_model *m, const glm53_tensor *src, glm53_shard shard, glm53_tensor *out) {
+/* An FP8 weight decoded to F32 in host memory (the values every backend computes with: e4m3(code) * scale). */
+static glm53_status dequantize(const glm53_tensor *src, glm53_tensor *out, float **copy) {
+    int64_t n = glm53_tensor_numel(src);
+    *copy = malloc((size_t)n * sizeof(float));
+    if (!*copy) return GLM53_FAIL(GLM53_ERR_OUT_OF_MEMORY, "no memory to dequantize %s", src->name ? src->name : "a weight");
+    glm53_status st = glm53_tensor_to_f32(src, *copy, n);
+    if (st != GLM53_OK) return st;
+    *out = (glm53_tensor){.dtype = GLM53_F32, .device = GLM53_DEVICE_CPU, .ndim = src->ndim, .name = src->name,
+                          .data = *copy};
+    memcpy(out->shape, src->shape, sizeof out->shape);
+    glm53_tensor_set_contiguous(out);
+    return GLM53_OK;
+}
+
+glm53_status glm53_weight_place(glm53_rank *rk, const glm53_tensor *src, glm53_shard shard, glm53_tensor *out) {
     const char *name = src->name ? src->name : "(unnamed)";
     int dim = shard.dim;
     int64_t begin = 0, end = 0;
+    if (dim >= 0 && shard.n_ranks == 1) dim = -1;   /* the one slice is the whole */
     if (dim >= 0) {
         if (dim >= src->ndim || dim > 1 || shard.n_ranks < 1 || shard.rank < 0 || shard.rank >= shard.n_ranks)
             return GLM53_FAIL(GLM53_ERR_INVALID_ARG, "weight %s: shard of dim %d, rank %d of %d is not a slice of a "
@@ -126,30 +141,38 @@ glm53_status glm53_weight_place(glm53_model *m, const glm53_tensor *src, glm53_s
                               name, dim, (long long)size, shard.n_ranks);
         begin = size / shard.n_ranks * shard.rank;
         end = begin + size / shard.n_ranks;
-        int32_t block = dim == 0 ? src->block_rows : src->block_cols;
-        if (src->scale && begin % block)
-            return GLM53_FAIL(GLM53_ERR_INVALID_ARG, "weight %s: the slice of rank %d starts at %lld, inside a %d-wide "
-                              "FP8 scale block", name, shard.rank, (long long)begin, block);
+    }
+    /* A slice starting inside an FP8 scale block: decoded to F32 first (see the top of weights.h). */
+    glm53_tensor decoded;
+    float *decoded_copy = NULL;
+    if (dim >= 0 && src->scale && begin % (dim == 0 ? src->block_rows : src->block_cols)) {
+        glm53_status st = dequantize(src, &decoded, &decoded_copy);
+        if (st != GLM53_OK) {
+            free(decoded_copy);
+            return st;
+        }
+        src = &decoded;
     }
     glm53_tensor data_slice, scale_slice;
     void *data_copy = NULL, *scale_copy = NULL;
-    GLM53_TRY(host_slice(src, dim, begin, end, &data_slice, &data_copy));
-    glm53_status st = GLM53_OK;
-    if (src->scale) {
+    glm53_status st = host_slice(src, dim, begin, end, &data_slice, &data_copy);
+    if (st == GLM53_OK && src->scale) {
         int32_t block = dim == 0 ? src->block_rows : src->block_cols;
         st = host_slice(src->scale, dim, dim >= 0 ? begin / block : 0, dim >= 0 ? (end + block - 1) / block : 0,
                         &scale_slice, &scale_copy);
     }
     if (st == GLM53_OK) {
-        m->weight_bytes += (int64_t)glm53_tensor_nbytes(&data_slice) +
-                           (src->scale ? (int64_t)glm53_tensor_nbytes(&scale_slice) : 0);
+        int64_t bytes = (int64_t)glm53_tensor_nbytes(&data_slice) +
+                        (src->scale ? (int64_t)glm53_tensor_nbytes(&scale_slice) : 0);
+        rk->weight_bytes += bytes;
+        rk->model->weight_bytes += bytes;
         /* On the CPU a whole weight is a view of the checkpoint, scale included; a row slice is a view whose
-         * scale rows are copied (a slice needs a header of its own); a column slice is copied. */
-        bool view = m->be->device == GLM53_DEVICE_CPU && !data_copy;
+         * scale rows are copied (a slice needs a header of its own); a column slice or a decoded one is copied. */
+        bool view = rk->be->device == GLM53_DEVICE_CPU && !data_copy && !decoded_copy;
         glm53_tensor *placed = NULL, *scale = NULL;
-        if (src->scale && (m->be->device != GLM53_DEVICE_CPU || dim >= 0))
-            st = upload_owned(m, &scale_slice, scale_slice.data, &scale);
-        if (st == GLM53_OK && !view) st = upload_owned(m, &data_slice, data_slice.data, &placed);
+        if (src->scale && (rk->be->device != GLM53_DEVICE_CPU || dim >= 0))
+            st = upload_owned(rk, &scale_slice, scale_slice.data, &scale);
+        if (st == GLM53_OK && !view) st = upload_owned(rk, &data_slice, data_slice.data, &placed);
         if (st == GLM53_OK) {
             *out = view ? data_slice : *placed;
             out->scale = scale ? scale : src->scale;
@@ -157,15 +180,17 @@ glm53_status glm53_weight_place(glm53_model *m, const glm53_tensor *src, glm53_s
     }
     free(data_copy);
     free(scale_copy);
+    free(decoded_copy);
     return st;
 }
 
-glm53_status glm53_weight_upload(glm53_model *m, int32_t dtype, int64_t d0, int64_t d1, const void *host,
+glm53_status glm53_weight_upload(glm53_rank *rk, int32_t dtype, int64_t d0, int64_t d1, const void *host,
                                  const char *name, glm53_tensor *out) {
     glm53_tensor shape = {.dtype = dtype, .ndim = d1 > 0 ? 2 : 1, .shape = {d0, d1 > 0 ? d1 : 0}, .name = name};
     glm53_tensor *t;
-    GLM53_TRY(upload_owned(m, &shape, host, &t));
-    m->weight_bytes += (int64_t)glm53_tensor_nbytes(t);
+    GLM53_TRY(upload_owned(rk, &shape, host, &t));
+    rk->weight_bytes += (int64_t)glm53_tensor_nbytes(t);
+    rk->model->weight_bytes += (int64_t)glm53_tensor_nbytes(t);
     *out = *t;
     return GLM53_OK;
 }

@@ -102,7 +102,7 @@ glm53_status cpu_moe_experts(glm53_backend *be, glm53_tensor *y, const glm53_ten
         for (int64_t n = 0; n < N; n++)
             for (int64_t k = 0; k < K; k++)
                 if (idv[n * K + k] == e) { rows[m] = (int32_t)n; row_w[m] = wv[n * K + k]; m++; }   /* -1: none */
-        if (m == 0) continue;
+        if (m == 0 || !glm53_expert_is_held(experts, e)) continue;   /* another rank adds those slots */
         if (!gate[e] || !up[e] || !down[e]) {
             st = GLM53_FAIL(GLM53_ERR_INVALID_ARG, "moe_experts: expert %d is routed to but has no weights", e);
             break;

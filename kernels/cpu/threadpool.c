@@ -13,6 +13,7 @@
  */
 #define _GNU_SOURCE   /* sched_getaffinity, CPU_COUNT */
 #include "kernels/cpu/threadpool.h"
+#include "kernels/backend.h"
 
 #include <pthread.h>
 #include <sched.h>

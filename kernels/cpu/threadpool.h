@@ -17,14 +17,12 @@ typedef struct glm53_pool glm53_pool;
 /* Work on items [begin, end); called once per participating thread with disjoint ranges. */
 typedef void (*glm53_pool_fn)(void *ctx, int64_t begin, int64_t end);
 
-/* n_threads counts the caller: 1 starts no worker. 0 = glm53_physical_cores(). */
+/* n_threads counts the caller: 1 starts no worker. 0 = glm53_physical_cores() (kernels/backend.h). */
 glm53_status glm53_pool_create(int32_t n_threads, glm53_pool **out);
 void         glm53_pool_free(glm53_pool *pool);
 int32_t      glm53_pool_n_threads(const glm53_pool *pool);
 /* Runs fn over [0, n_items) and waits. At most n_items threads take part; with one item, or a one-thread pool,
  * fn runs inline on the caller. */
 void         glm53_pool_run(glm53_pool *pool, int64_t n_items, glm53_pool_fn fn, void *ctx);
-/* Physical cores this process may run on (hyperthread siblings counted once); logical CPUs without topology. */
-int32_t      glm53_physical_cores(void);
 
 #endif /* GLM53_CPU_THREADPOOL_H */

@@ -131,6 +131,12 @@ struct cuda_expert {
     int64_t    width;   /* Fe */
 };
 
+/* The experts this rank computes (glm53_expert_set.first_held / n_held; n 0: all). */
+struct held_range {
+    int32_t first, n;
+    __device__ bool holds(int32_t e) const { return n == 0 || (e >= first && e < first + n); }
+};
+
 /* What prepare_experts leaves in glm53_expert_set.device. */
 struct cuda_expert_table {
     cuda_expert *experts;   /* device [n_experts] */
@@ -141,11 +147,11 @@ struct cuda_expert_table {
  * in x's dtype, F = the widest expert. grid (ceil(F / warps), N*K); warp f of the block row. */
 __global__ void __launch_bounds__(EXPERT_THREADS)
 expert_gate_up_kernel(act_out h, act_in x, const int32_t *ids, const cuda_expert *experts, int32_t n_experts,
-                      int64_t K, int64_t D, int64_t F, float limit, cuda_fault *fault) {
+                      held_range held, int64_t K, int64_t D, int64_t F, float limit, cuda_fault *fault) {
     const int64_t slot = blockIdx.y, f = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     const int lane = threadIdx.x & 31;
     const int32_t e = ids[slot];
-    if (e < 0 || f >= F) return;   /* an unused slot: combine skips it */
+    if (e < 0 || f >= F || !held.holds(e)) return;   /* an unused slot, or another rank's: combine skips it */
     if (e >= n_experts || !experts[e].gate.data) {
         if (f == 0 && lane == 0) cuda_record_fault(fault, CUDA_FAULT_MOE_EXPERTS, slot, e, n_experts);
         return;
@@ -161,12 +167,12 @@ expert_gate_up_kernel(act_out h, act_in x, const int32_t *ids, const cuda_expert
 
 /* out[slot, d] = h[slot, :Fe] . down_e[d] (F32); grid (ceil(D / warps), N*K). */
 __global__ void __launch_bounds__(EXPERT_THREADS)
-expert_down_kernel(float *out, act_in h, const int32_t *ids, const cuda_expert *experts, int32_t n_experts, int64_t D,
-                   int64_t F) {
+expert_down_kernel(float *out, act_in h, const int32_t *ids, const cuda_expert *experts, int32_t n_experts,
+                   held_range held, int64_t D, int64_t F) {
     const int64_t slot = blockIdx.y, d = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     const int lane = threadIdx.x & 31;
     const int32_t e = ids[slot];
-    if (e < 0 || e >= n_experts || !experts[e].gate.data || d >= D) return;   /* faults: gate_up recorded them */
+    if (e < 0 || !held.holds(e) || e >= n_experts || !experts[e].gate.data || d >= D) return;   /* faults: gate_up */
     const cuda_expert &ex = experts[e];
     float acc[1] = {0.0f};
     gemv_lane_partials<1>(acc, ex.down, d, h, slot * F, 1, ex.width, gemv_vec16(ex.down, ex.width), lane);
@@ -174,21 +180,25 @@ expert_down_kernel(float *out, act_in h, const int32_t *ids, const cuda_expert *
     if (lane == 0) out[slot * D + d] = s;
 }
 
-/* y[n][d] = sum_k weights[n][k] * out[n*K + k][d] over the used slots, in slot order. */
-__global__ void slot_combine_kernel(act_out y, const float *out, const int32_t *ids, const float *weights, int64_t N,
-                                    int64_t K, int64_t D) {
+/* y[n][d] = sum_k weights[n][k] * out[n*K + k][d] over the used slots this rank holds, in slot order. */
+__global__ void slot_combine_kernel(act_out y, const float *out, const int32_t *ids, const float *weights,
+                                    held_range held, int64_t N, int64_t K, int64_t D) {
     GRID_STRIDE(i, N * D) {
         int64_t n = i / D, d = i % D;
         float acc = 0.0f;
-        for (int64_t k = 0; k < K; k++)
-            if (ids[n * K + k] >= 0) acc += weights[n * K + k] * out[(n * K + k) * D + d];
+        for (int64_t k = 0; k < K; k++) {
+            int32_t e = ids[n * K + k];
+            if (e >= 0 && held.holds(e)) acc += weights[n * K + k] * out[(n * K + k) * D + d];
+        }
         y.store(i, acc);
     }
 }
 
 static glm53_status moe_experts_on_device(cuda_backend *cb, glm53_tensor *y, const glm53_tensor *x,
                                           const glm53_tensor *ids, const glm53_tensor *weights,
-                                          const cuda_expert_table *table, int32_t n_experts, float limit) {
+                                          const cuda_expert_table *table, const glm53_expert_set *set, float limit) {
+    const int32_t n_experts = set->n_experts;
+    const held_range held = {set->first_held, set->n_held};
     int64_t N = glm53_tensor_rows(x), D = cuda_cols(x), K = cuda_cols(ids), F = table->max_width;
     size_t act = glm53_dtype_size((glm53_dtype)x->dtype);
     cuda_scratch h_buf, out_buf;
@@ -198,16 +208,16 @@ static glm53_status moe_experts_on_device(cuda_backend *cb, glm53_tensor *y, con
     dim3 grid_f((unsigned)((F + warps - 1) / warps), (unsigned)(N * K));
     expert_gate_up_kernel<<<grid_f, EXPERT_THREADS, 0, cb->stream>>>(
         act_out{h_buf.ptr, x->dtype == GLM53_BF16}, cuda_act_in(x), (const int32_t *)ids->data, table->experts,
-        n_experts, K, D, F, limit, cb->fault);
+        n_experts, held, K, D, F, limit, cb->fault);
     CUDA_LAUNCHED("moe_experts (gate, up)");
     dim3 grid_d((unsigned)((D + warps - 1) / warps), (unsigned)(N * K));
     expert_down_kernel<<<grid_d, EXPERT_THREADS, 0, cb->stream>>>(
         (float *)out_buf.ptr, act_in{h_buf.ptr, x->dtype == GLM53_BF16}, (const int32_t *)ids->data, table->experts,
-        n_experts, D, F);
+        n_experts, held, D, F);
     CUDA_LAUNCHED("moe_experts (down)");
     slot_combine_kernel<<<cuda_blocks_for(N * D, 256), 256, 0, cb->stream>>>(
-        cuda_act_out(y), (const float *)out_buf.ptr, (const int32_t *)ids->data, (const float *)weights->data, N, K,
-        D);
+        cuda_act_out(y), (const float *)out_buf.ptr, (const int32_t *)ids->data, (const float *)weights->data, held,
+        N, K, D);
     CUDA_LAUNCHED("moe_experts (combine)");
     return GLM53_OK;
 }
@@ -290,9 +300,10 @@ static glm53_status upload_i32(cuda_backend *cb, void *dst, const int32_t *src, 
 
 static glm53_status moe_experts_grouped(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x,
                                         const glm53_tensor *ids, const glm53_tensor *weights,
-                                        const glm53_tensor *const *gate, const glm53_tensor *const *up,
-                                        const glm53_tensor *const *down, int32_t n_experts, float limit) {
+                                        const glm53_expert_set *set, float limit) {
     cuda_backend *cb = cuda_impl(be);
+    const glm53_tensor *const *gate = set->gate, *const *up = set->up, *const *down = set->down;
+    const int32_t n_experts = set->n_experts;
     assert(cuda_is_act(y) && cuda_is_act(x) && x->dtype == y->dtype);
     assert(cuda_is_act(weights) && weights->dtype == GLM53_F32);
     assert(ids->dtype == GLM53_I32 && ids->data && ids->device == GLM53_DEVICE_CUDA);
@@ -309,7 +320,8 @@ static glm53_status moe_experts_grouped(glm53_backend *be, glm53_tensor *y, cons
     GLM53_TRY(cuda_stream_wait(cb));
     int64_t F = 0;
     for (int64_t i = 0; i < N * K; i++) {
-        int32_t e = id_host[(size_t)i];
+        int32_t &e = id_host[(size_t)i];
+        if (e >= 0 && !glm53_expert_is_held(set, e)) e = -1;   /* another rank's expert: it adds this slot */
         if (e < 0) continue;   /* a slot moe_route left unused */
         if (e >= n_experts)
             return GLM53_FAIL(GLM53_ERR_OUT_OF_RANGE, "cuda moe_experts: expert id %d at slot %lld is outside [0, %d)",
@@ -405,10 +417,9 @@ glm53_status cuda_moe_experts(glm53_backend *be, glm53_tensor *y, const glm53_te
     if (N == 0 || cuda_cols(x) == 0) return GLM53_OK;
     const cuda_expert_table *table = (const cuda_expert_table *)experts->device;
     if (table && N <= DEVICE_PATH_MAX_ROWS && table->max_width > 0)
-        return moe_experts_on_device(cb, y, x, ids, weights, table, experts->n_experts, limit);
+        return moe_experts_on_device(cb, y, x, ids, weights, table, experts, limit);
     try {   /* the host-side grouping uses std::vector: its bad_alloc must not cross into C */
-        return moe_experts_grouped(be, y, x, ids, weights, experts->gate, experts->up, experts->down,
-                                   experts->n_experts, limit);
+        return moe_experts_grouped(be, y, x, ids, weights, experts, limit);
     } catch (const std::bad_alloc &) {
         return GLM53_FAIL(GLM53_ERR_OUT_OF_MEMORY, "cuda moe_experts: no host memory for the expert grouping");
     }

@@ -2,7 +2,10 @@
  * test_cuda_graph.c - a steady-state decode step on CUDA allocates nothing, waits for the device once (to read
  * its logits), and captured as a CUDA graph and replayed gives the eager step's logits bit for bit.
  *
- *     test_cuda_graph MODEL_DIR [MODEL_DIR ...]      (the real-dimension bench model, the fixtures)
+ *     test_cuda_graph [--nccl] MODEL_DIR [MODEL_DIR ...]      (the real-dimension bench model, the fixtures)
+ *
+ * --nccl loads each model as one rank with the NCCL communicator, so every collective point of the graph is an
+ * ncclAllReduce on the stream: the captured graph then records the collectives too.
  *
  * Per model: prefill a prompt, decode a few tokens (warm-up: the step plan sizes itself), then
  *   1. one eager decode step at length L, with the backend's counters read around it: cudaMalloc calls (device
@@ -41,10 +44,13 @@ static int64_t count_differ(const float *a, const float *b, int64_t n) {
     return d;
 }
 
+static bool use_nccl;
+
 static bool run_model(const char *dir, row *r) {
     *r = (row){.model = dir};
     glm53_model_params mp = glm53_model_default_params();
     mp.device = GLM53_DEVICE_CUDA;
+    if (use_nccl) mp.communicator = GLM53_COMMUNICATOR_NCCL;
     glm53_model *m = NULL;
     if (glm53_model_load(dir, &mp, &m) != GLM53_OK) {
         CHECK(false, "%s: load: %s", dir, glm53_last_error());
@@ -73,11 +79,11 @@ static bool run_model(const char *dir, row *r) {
         tokens[0] = glm53_argmax_f32(logits, V);
         int64_t L = glm53_seq_length(seq);
         glm53_backend_counters c0, c1;
-        glm53_backend_counters_get(m->be, &c0);
+        glm53_backend_counters_get(m->ranks[0].be, &c0);
         double t0 = now_ms();
         ok = glm53_model_step(m, &b, &out) == GLM53_OK;
         r->eager_ms = now_ms() - t0;
-        glm53_backend_counters_get(m->be, &c1);
+        glm53_backend_counters_get(m->ranks[0].be, &c1);
         r->allocs = c1.device_allocs - c0.device_allocs;
         r->syncs = c1.host_syncs - c0.host_syncs;
         memcpy(eager, logits, (size_t)V * sizeof(float));
@@ -88,11 +94,11 @@ static bool run_model(const char *dir, row *r) {
         CHECK(ok, "%s: capture: %s", dir, glm53_last_error());
         for (int rep = 0; ok && rep < 2; rep++) {
             memset(logits, 0xff, (size_t)V * sizeof(float));   /* poisoned: every value must be written */
-            glm53_backend_counters_get(m->be, &c0);
+            glm53_backend_counters_get(m->ranks[0].be, &c0);
             t0 = now_ms();
             ok = glm53_step_replay(m, g, &b, &out) == GLM53_OK;
             double ms = now_ms() - t0;
-            glm53_backend_counters_get(m->be, &c1);
+            glm53_backend_counters_get(m->ranks[0].be, &c1);
             CHECK(ok, "%s: replay %d: %s", dir, rep, glm53_last_error());
             int64_t differ = ok ? count_differ(logits, eager, V) : V;
             if (rep == 0) {
@@ -126,13 +132,19 @@ static bool run_model(const char *dir, row *r) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2) {
-        fprintf(stderr, "usage: test_cuda_graph MODEL_DIR [MODEL_DIR ...]\n");
+    int first = 1;
+    if (argc > 1 && strcmp(argv[1], "--nccl") == 0) {
+        use_nccl = true;
+        first = 2;
+    }
+    if (argc <= first) {
+        fprintf(stderr, "usage: test_cuda_graph [--nccl] MODEL_DIR [MODEL_DIR ...]\n");
         return 2;
     }
     row rows[16];
-    int n = argc - 1 < 16 ? argc - 1 : 16;
-    for (int i = 0; i < n; i++) run_model(argv[1 + i], &rows[i]);
+    int n = argc - first < 16 ? argc - first : 16;
+    for (int i = 0; i < n; i++) run_model(argv[first + i], &rows[i]);
+    if (use_nccl) printf("\n(one rank, NCCL communicator: the collectives are in the captured graphs)");
     printf("\n%-40s %8s %6s %9s %8s %8s %9s %11s %5s\n", "model", "mallocs", "waits", "eager ms", "r.mallocs",
            "r.waits", "replay ms", "differ 1/2", "pass");
     for (int i = 0; i < n; i++)

@@ -1049,11 +1049,14 @@ done:
     check_end();
 }
 
-static void check_moe_experts(int64_t N, int64_t D, int64_t F, int32_t E, int64_t K, int dt, int w_dt, int blk,
-                              bool last_expert_unused) {
-    char dts[48];
+/* held_n > 0: the rank of an expert-parallel model that holds experts [held_first, held_first + held_n) (the
+ * others' slots contribute nothing; their weights are absent). */
+static void check_moe_experts_held(int64_t N, int64_t D, int64_t F, int32_t E, int64_t K, int dt, int w_dt, int blk,
+                                   bool last_expert_unused, int32_t held_first, int32_t held_n) {
+    char dts[64];
     snprintf(dts, sizeof dts, "x:%s w:%s", dt_name(dt), dt_name(w_dt));
     if (w_dt == FP8) snprintf(dts + strlen(dts), sizeof dts - strlen(dts), " %dx%d", blk, blk);
+    if (held_n) snprintf(dts + strlen(dts), sizeof dts - strlen(dts), " held %d+%d", held_first, held_n);
     check_begin("moe_experts", dts, "N %lld D %lld F %lld E %d k %lld", (long long)N, (long long)D, (long long)F, E,
                 (long long)K);
     tpair x = {0}, ids = {0}, wts = {0}, y = {0};
@@ -1064,6 +1067,7 @@ static void check_moe_experts(int64_t N, int64_t D, int64_t F, int32_t E, int64_
     int32_t routable = last_expert_unused ? E - 1 : E;   /* the unused expert has no weights at all */
     assert(K <= routable);
     for (int32_t e = 0; e < routable; e++) {
+        if (held_n && (e < held_first || e >= held_first + held_n)) continue;   /* another rank's expert */
         TRY(weight_pair(&gate[e], w_dt, 2, F, D, 1.5f / sqrtf((float)D), 0.0f, blk, blk));
         TRY(weight_pair(&up[e], w_dt, 2, F, D, 1.5f / sqrtf((float)D), 0.0f, blk, blk));
         TRY(weight_pair(&down[e], w_dt, 2, D, F, 1.0f / sqrtf((float)F), 0.0f, blk, blk));
@@ -1076,7 +1080,10 @@ static void check_moe_experts(int64_t N, int64_t D, int64_t F, int32_t E, int64_
     TRY(i32_pair(&ids, iv, SHAPE(N, K)));
     TRY(act_pair(&wts, F32, randu(N * K, 0.1f, 1.0f, false), SHAPE(N, K)));
     TRY(out_pair(&y, dt, SHAPE(N, D)));
-    glm53_expert_set set_c = {E, gc, uc, dc, NULL}, set_g = {E, gg, ug, dg, NULL};
+    glm53_expert_set set_c = {.n_experts = E, .gate = gc, .up = uc, .down = dc, .first_held = held_first,
+                              .n_held = held_n};
+    glm53_expert_set set_g = {.n_experts = E, .gate = gg, .up = ug, .down = dg, .first_held = held_first,
+                              .n_held = held_n};
     if (gpu->ops->prepare_experts) TRY(gpu->ops->prepare_experts(gpu, &set_g));
     TRY(cpu->ops->moe_experts(cpu, y.c, x.c, ids.c, wts.c, &set_c, 10.0f));
     TRY(gpu->ops->moe_experts(gpu, y.g, x.g, ids.g, wts.g, &set_g, 10.0f));
@@ -1084,6 +1091,11 @@ static void check_moe_experts(int64_t N, int64_t D, int64_t F, int32_t E, int64_
 done:
     if (set_g.device) gpu->ops->release_experts(gpu, &set_g);
     check_end();
+}
+
+static void check_moe_experts(int64_t N, int64_t D, int64_t F, int32_t E, int64_t K, int dt, int w_dt, int blk,
+                              bool last_expert_unused) {
+    check_moe_experts_held(N, D, F, E, K, dt, w_dt, blk, last_expert_unused, 0, 0);
 }
 
 /* ============================================================================================================
@@ -1287,6 +1299,8 @@ static void group_moe(void) {
     check_moe_experts(700, 64, 32, 8, 2, BF16, BF16, 0, false);   /* more rows than one chunk */
     check_moe_experts(1, 4096, 2048, 12, 8, BF16, FP8, 128, false);
     check_moe_experts(33, 4096, 2048, 12, 8, BF16, FP8, 128, false);
+    check_moe_experts_held(3, 130, 48, 8, 3, BF16, FP8, 16, false, 2, 3);    /* expert parallel, device path */
+    check_moe_experts_held(40, 130, 48, 8, 3, F32, FP8, 16, false, 4, 4);    /* expert parallel, grouped path */
 }
 
 typedef struct {
@@ -1479,7 +1493,7 @@ static void bench_moe(int64_t N) {
     snprintf(shape, sizeof shape, "N %lld D 4096 F 2048 k 8 of %d, fp8", (long long)N, E);
     check_begin("bench moe_experts", "bf16/fp8", "%s", shape);
     moe_ctx c = {0};
-    c.set = (glm53_expert_set){E, c.gate, c.up, c.down, NULL};
+    c.set = (glm53_expert_set){.n_experts = E, .gate = c.gate, .up = c.up, .down = c.down};
     for (int32_t e = 0; e < E; e++) {
         glm53_tensor *w;
         TRY(bench_weight(&w, FP8, F, D));

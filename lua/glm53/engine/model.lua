@@ -34,10 +34,15 @@ local Batch = {}
 Batch.__index = Batch
 
 local devices = { cpu = C.GLM53_DEVICE_CPU, cuda = C.GLM53_DEVICE_CUDA }
+local communicators = {
+    auto = C.GLM53_COMMUNICATOR_AUTO, threads = C.GLM53_COMMUNICATOR_THREADS, nccl = C.GLM53_COMMUNICATOR_NCCL,
+}
 
 -- opts: device ("cpu" | "cuda"), threads, cuda_device, load_mtp (default true), cache_bytes_max,
 -- activations ("f32" | "bf16"; default: the backend's, F32 on CPU and BF16 on CUDA), step_rows (most rows one
--- pass of a step computes; 0 = the backend's default).
+-- pass of a step computes; 0 = the backend's default), tp and ep (tensor and expert parallel ranks, default 1;
+-- docs/multi-gpu.md), communicator ("auto" | "threads" | "nccl"; default "auto": none for one rank, threads on
+-- the CPU, NCCL on CUDA).
 function M.load(path, opts)
     if type(path) ~= "string" then error("model.load: path must be a string", 2) end
     opts = opts or {}
@@ -53,11 +58,19 @@ function M.load(path, opts)
         p.activation_dtype = ({ f32 = C.GLM53_F32, bf16 = C.GLM53_BF16 })[opts.activations] or
             error("model.load: activations must be 'f32' or 'bf16'", 2)
     end
-    if opts.step_rows ~= nil then
-        if type(opts.step_rows) ~= "number" or opts.step_rows < 0 or opts.step_rows % 1 ~= 0 then
-            error("model.load: step_rows must be an integer >= 0", 2)
+    for _, key in ipairs({ "step_rows", "tp", "ep" }) do
+        local v = opts[key]
+        if v ~= nil then
+            local least = key == "step_rows" and 0 or 1
+            if type(v) ~= "number" or v < least or v % 1 ~= 0 then
+                error(("model.load: %s must be an integer >= %d"):format(key, least), 2)
+            end
+            p[key] = v
         end
-        p.step_rows = opts.step_rows
+    end
+    if opts.communicator ~= nil then
+        p.communicator = communicators[opts.communicator] or
+            error("model.load: communicator must be 'auto', 'threads' or 'nccl'", 2)
     end
     local out = ffi.new("glm53_model *[1]")
     local ok, err = core.check(C.glm53_model_load(path, p, out))
@@ -88,6 +101,23 @@ end
 
 function Model:weight_bytes() return tonumber(C.glm53_model_weight_bytes(model_handle(self))) end
 function Model:cache_bytes() return tonumber(C.glm53_model_cache_bytes(model_handle(self))) end
+
+-- What each rank holds: a list of { tp_rank, ep_rank, device ("cpu" | "cuda"), cuda_device, first_expert,
+-- n_experts, weight_bytes, cache_bytes }, rank 0 first (one entry for a model on one device).
+function Model:ranks()
+    local h = model_handle(self)
+    local info, list = ffi.new("glm53_rank_info"), {}
+    for r = 0, C.glm53_model_n_ranks(h) - 1 do
+        assert(core.check(C.glm53_model_rank_info(h, r, info)))
+        list[#list + 1] = {
+            tp_rank = info.tp_rank, ep_rank = info.ep_rank,
+            device = info.device == C.GLM53_DEVICE_CUDA and "cuda" or "cpu", cuda_device = info.cuda_device,
+            first_expert = info.first_expert, n_experts = info.n_experts,
+            weight_bytes = tonumber(info.weight_bytes), cache_bytes = tonumber(info.cache_bytes),
+        }
+    end
+    return list
+end
 
 -- Index of the largest of n floats at ptr (default: one row of logits).
 function Model:argmax(ptr, n)

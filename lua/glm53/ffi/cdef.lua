@@ -4,7 +4,7 @@
 --     local def = require("glm53.ffi.cdef")
 --     ffi.cdef(def.cdef)   -- then C.glm53_abi_version() must equal def.abi_version
 return {
-    abi_version = 4,
+    abi_version = 5,
     cdef = [==[
 typedef enum glm53_status {
     GLM53_OK                = 0,
@@ -109,7 +109,22 @@ typedef struct glm53_model_params {
     int64_t cache_bytes_max;
     int32_t activation_dtype;
     int32_t step_rows;
+    int32_t tp, ep;
+    int32_t communicator;
 } glm53_model_params;
+typedef enum glm53_communicator {
+    GLM53_COMMUNICATOR_AUTO    = 0,
+    GLM53_COMMUNICATOR_THREADS = 1,
+    GLM53_COMMUNICATOR_NCCL    = 2,
+} glm53_communicator;
+typedef struct glm53_rank_info {
+    int32_t tp_rank, ep_rank;
+    int32_t device;
+    int32_t cuda_device;
+    int32_t first_expert, n_experts;
+    int64_t weight_bytes;
+    int64_t cache_bytes;
+} glm53_rank_info;
 typedef struct glm53_seq_params {
     int64_t max_tokens;
     int32_t max_rollback;
@@ -126,6 +141,8 @@ void         glm53_model_free(glm53_model *model);
 const glm53_model_config *glm53_model_config_get(const glm53_model *model);
 int64_t      glm53_model_weight_bytes(const glm53_model *model);
 int64_t      glm53_model_cache_bytes(const glm53_model *model);
+int32_t      glm53_model_n_ranks(const glm53_model *model);
+glm53_status glm53_model_rank_info(const glm53_model *model, int32_t rank, glm53_rank_info *out);
 glm53_status glm53_seq_create(glm53_model *model, const glm53_seq_params *params, glm53_seq **out);
 glm53_status glm53_seq_fork(const glm53_seq *src, int64_t n_tokens, glm53_seq **out);
 glm53_status glm53_seq_truncate(glm53_seq *seq, int64_t n_tokens);
