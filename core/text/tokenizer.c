@@ -1086,6 +1086,13 @@ glm53_status glm53_tokenizer_load(const char *path, glm53_tokenizer **out) {
     char *data;
     size_t len;
     GLM53_TRY(read_file(path, &data, &len));
+    glm53_status s = glm53_tokenizer_load_buffer(data, len, path, out);
+    free(data);
+    return s;
+}
+
+glm53_status glm53_tokenizer_load_buffer(char *data, size_t len, const char *path, glm53_tokenizer **out) {
+    *out = NULL;
     size_t i = 0;
     while (i < len && (data[i] == ' ' || data[i] == '\t' || data[i] == '\r' || data[i] == '\n')) i++;
     glm53_status s;
@@ -1100,7 +1107,6 @@ glm53_status glm53_tokenizer_load(const char *path, glm53_tokenizer **out) {
     } else {
         s = load_tiktoken(out, path, data, len, NULL, NULL, NULL, 0);
     }
-    free(data);
     return s;
 }
 

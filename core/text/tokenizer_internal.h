@@ -13,6 +13,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* glm53_tokenizer_load on the bytes of a file: data[0, len), NUL-terminated at data[len], which the JSON reader
+ * unescapes in place (so data is changed and may be freed once this returns). path names the file in messages.
+ * glm53_tokenizer_load is read_file + this; the fuzzer (tests/fuzz/fuzz_tokenizer.c) calls it directly. */
+glm53_status glm53_tokenizer_load_buffer(char *data, size_t len, const char *path, glm53_tokenizer **out);
+
 /* ------------------------------------------------------------------------------------------------------------
  * Unicode classes, as HF tokenizers' regex engine (Oniguruma) sees them
  */
