@@ -638,6 +638,9 @@ static glm53_status tokenizer_new(int32_t n_vocab, uint64_t n_keys, glm53_tokeni
 }
 
 static glm53_status add_stage(glm53_tokenizer *t, const char *pattern) {
+    if (t->n_stages == GLM53_SPLIT_MAX_STAGES)
+        return GLM53_FAIL(GLM53_ERR_UNSUPPORTED, "tokenizer: more than %d pre-tokenizer splits",
+                          GLM53_SPLIT_MAX_STAGES);
     glm53_split_stage **p = realloc(t->stages, sizeof(*p) * (size_t)(t->n_stages + 1));
     if (!p) return GLM53_FAIL(GLM53_ERR_OUT_OF_MEMORY, "tokenizer: out of memory");
     t->stages = p;

@@ -353,6 +353,9 @@ static void test_bad_files(void) {
             {"null", "null", "pre-tokenizer"},
             {"null", "{\"type\": \"Split\", \"pattern\": {\"Regex\": \"a\"}, \"behavior\": \"Isolated\"}", "ByteLevel"},
             {"null", "{\"type\": \"Split\", \"pattern\": {\"Regex\": \"(\"}, \"behavior\": \"Isolated\"}", "regex"},
+            /* fuzz_tokenizer: \C matched single bytes of characters, and later stages read past their pieces */
+            {"null", "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", \"pattern\":"
+                     " {\"Regex\": \"\\\\C\"}, \"behavior\": \"Isolated\"}, {\"type\": \"ByteLevel\"}]}", "\\C"},
         };
         for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
             char *json = handmade_json(1, cases[k].norm, cases[k].pre ? cases[k].pre : GLM_PRE, 261);
@@ -364,10 +367,37 @@ static void test_bad_files(void) {
                   "case %zu: status %d, \"%s\"", k, s, glm53_last_error());
             free(json);
         }
-        glm53_tokenizer *tok = NULL;
+        /* fuzz_tokenizer: 17 splits loaded, then every encode failed */
+        sbuf many = {0};
+        sb_printf(&many, "{\"type\": \"Sequence\", \"pretokenizers\": [");
+        for (int k = 0; k < 17; k++)
+            sb_printf(&many, "{\"type\": \"Split\", \"pattern\": {\"Regex\": \"a\"}, \"behavior\": \"Isolated\"}, ");
+        sb_printf(&many, "{\"type\": \"ByteLevel\", \"use_regex\": false}]}");
+        char *json = handmade_json(1, "null", many.s, 261);
+        free(many.s);
+        glm53_tokenizer *tok = load_json_text(json);
+        free(json);
+        CHECK(tok == NULL && strstr(glm53_last_error(), "more than 16"), "17 splits: %s", glm53_last_error());
         CHECK(glm53_tokenizer_load("/nonexistent/tokenizer.json", &tok) == GLM53_ERR_IO, "missing file");
         CHECK(glm53_tokenizer_load(NULL, &tok) == GLM53_ERR_INVALID_ARG, "NULL path");
         glm53_tokenizer_free(NULL);
+    }
+    TEST_CASE("a split regex that matches empty at the end reads nothing past the text (fuzz_tokenizer)") {
+        char *json = handmade_json(1, "null",
+                                   "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", \"pattern\":"
+                                   " {\"Regex\": \"$\"}, \"behavior\": \"Isolated\"}, {\"type\": \"ByteLevel\","
+                                   " \"use_regex\": false}]}", 261);
+        glm53_tokenizer *tok = load_json_text(json);
+        free(json);
+        CHECK(tok != NULL, "loads");
+        char *text = malloc(4);   /* exactly the text: ASan sees a read past it */
+        memcpy(text, "abab", 4);
+        int32_t ids[8];
+        int64_t n = 0;
+        CHECK(tok && glm53_tokenizer_encode(tok, text, 4, 0, ids, 8, &n) == GLM53_OK && n == 1 && ids[0] == 257,
+              "abab is one token");
+        free(text);
+        glm53_tokenizer_free(tok);
     }
 }
 
