@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """Writes the committed seed corpus of the fuzz targets (tests/fuzz/seeds/): a few small valid safetensors
 files and config.json texts covering each dtype, FP8 + scale, metadata, empty and scalar tensors, and the
-nested, flat and legacy config forms; and tokenizer files of every supported shape, some unsupported and
-corrupt ones. The regress_* seeds are inputs fuzzing found, kept as they were. Rerun after changing it: python3 tests/fuzz/gen_seeds.py"""
+nested, flat and legacy config forms; tokenizer files of every supported shape, some unsupported and corrupt
+ones; and chat conversations (tests/chat/conversations.json) plus random generator input. The regress_* seeds
+are inputs fuzzing found, kept as they were. Rerun after changing it: python3 tests/fuzz/gen_seeds.py"""
 import json
+import random
 import os
 import struct
 
@@ -171,3 +173,36 @@ write("tokenizer", "tiktoken.tiktoken",
 write("tokenizer", "tiktoken_bad.tiktoken", "YWI= 1\nYWI= 2\n!!!! x\n")
 with open(os.path.join(HERE, "..", "..", "models", "tiny", "tokenizer.json"), "rb") as f:
     write("tokenizer", "tiny_model.json", f.read())
+
+# ---- chat: tests/chat/conversations.json in the driver's JSON-text form (mode byte 0, messages JSON, NUL, tools
+# JSON, NUL, option bytes as tests/fuzz/fuzz_chat.lua's G:options reads them), and random bytes for the generator
+# (modes 1-3).
+EFFORTS = ["low", "high", "max", "medium", "LOW", "", "High"]
+CLEAR = [True, False, None, 0, 1, "", "no"]
+AGP = [False, True, None, 0, "", "yes"]
+
+
+def option_bytes(options):
+    flags, rest = 0, b""
+    for bit, (key, values) in enumerate([("reasoning_effort", EFFORTS), ("clear_thinking", CLEAR),
+                                         ("add_generation_prompt", AGP)]):
+        index = [i for i, v in enumerate(values) if key in options and type(v) is type(options[key])
+                 and v == options[key]]
+        if index:
+            flags |= 1 << bit
+            rest += bytes(index[:1])
+    return bytes([flags]) + rest
+
+
+with open(os.path.join(HERE, "..", "chat", "conversations.json"), encoding="utf-8") as f:
+    conversations = json.load(f)
+for conv in conversations:
+    tools = conv["options"].get("tools")
+    data = (b"\0" + json.dumps(conv["messages"], ensure_ascii=False).encode() + b"\0" +
+            (json.dumps(tools, ensure_ascii=False).encode() if tools is not None else b"") + b"\0" +
+            option_bytes(conv["options"]))
+    write("chat", "conv_" + conv["name"], data)
+rng = random.Random(53)
+for k in range(8):
+    n = [256, 512, 1024, 2048, 4096][k % 5]
+    write("chat", f"gen_{k}", bytes([1 + k % 3]) + bytes(rng.randrange(256) for _ in range(n)))

@@ -9,12 +9,14 @@
 #                bytes, mode and knob, that the target reads before the file)
 #   tokenizer    tokenizer.json / tiktoken loading, then encode and decode with what loaded
 #                (tests/fuzz/fuzz_tokenizer.c)
-# Usage: tests/fuzz/run.sh [seconds] [target ...]      (default: all four)
+#   chat         the chat template renderer (Lua) on conversations made from the bytes, on an embedded LuaJIT
+#                (tests/fuzz/fuzz_chat.c + fuzz_chat.lua; the first byte picks JSON text or the generator)
+# Usage: tests/fuzz/run.sh [seconds] [target ...]      (default: all five)
 set -euo pipefail
 seconds=${1:-60}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(safetensors config image tokenizer)
+[ ${#targets[@]} -gt 0 ] || targets=(safetensors config image tokenizer chat)
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 build=build-fuzz
@@ -30,7 +32,14 @@ sources_for() {
     image) echo core/base/error.c core/media/image.c ;;
     tokenizer) echo core/base/error.c core/text/tokenizer.c core/text/tokenizer_json.c core/text/tokenizer_split.c \
                     core/text/tokenizer_tables.c core/text/tokenizer_unicode.c ;;
+    chat) ;;   # Lua: the renderer is loaded from lua/ at run time
     *) echo "unknown fuzz target '$1'" >&2; exit 2 ;;
+  esac
+}
+# Compiler and linker flags a target needs besides the common ones.
+extra_for() {
+  case $1 in
+    chat) echo "$(pkg-config --cflags --libs luajit) -DGLM53_FUZZ_ROOT=\"$root\"" ;;
   esac
 }
 max_len_for() {
@@ -42,7 +51,7 @@ max_len_for() {
 }
 
 for t in "${targets[@]}"; do
-  "$cc" "${flags[@]}" $(sources_for "$t") "tests/fuzz/fuzz_$t.c" "${libs[@]}" -o "$build/fuzz_$t"
+  "$cc" "${flags[@]}" $(sources_for "$t") "tests/fuzz/fuzz_$t.c" $(extra_for "$t") "${libs[@]}" -o "$build/fuzz_$t"
 done
 
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
