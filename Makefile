@@ -19,7 +19,7 @@ demo: build
 test: build
 	@scripts/run_tests.sh $(BUILD)
 
-# The safetensors header fuzzer (libFuzzer + ASan/UBSan); FUZZ_SECONDS=600 for the ten-minute run.
+# The libFuzzer targets (ASan + UBSan, tests/fuzz/run.sh, docs/testing.md); FUZZ_SECONDS=600 for the ten-minute run.
 fuzz: deps
 	@tests/fuzz/run.sh $(FUZZ_SECONDS)
 

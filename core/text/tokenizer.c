@@ -620,7 +620,14 @@ static void tokenizer_release(glm53_tokenizer *t) {
     free(t);
 }
 
-static glm53_status tokenizer_new(int32_t n_vocab, uint64_t n_keys, glm53_tokenizer **out) {
+/* Ids index a dense table (one entry per id), so a file may leave only so many ids unused: without a limit, one
+ * token numbered 2e9 would claim 40 GB. Real vocabularies are dense (GLM-5.3: 154856 ids, all used). */
+enum { TOK_MAX_UNUSED_IDS = 1 << 16 };
+
+static glm53_status tokenizer_new(int32_t n_vocab, uint64_t n_keys, const char *path, glm53_tokenizer **out) {
+    if ((uint64_t)n_vocab > 2 * n_keys + TOK_MAX_UNUSED_IDS)
+        return GLM53_FAIL(GLM53_ERR_UNSUPPORTED, "%s: ids up to %d for %llu tokens: numberings that sparse are not "
+                          "supported", path, n_vocab - 1, (unsigned long long)n_keys);
     pthread_once(&alphabet_once, alphabet_build);
     GLM53_TRY(glm53_uc_init());
     static atomic_uint_fast64_t serials;
@@ -638,6 +645,9 @@ static glm53_status tokenizer_new(int32_t n_vocab, uint64_t n_keys, glm53_tokeni
 }
 
 static glm53_status add_stage(glm53_tokenizer *t, const char *pattern) {
+    if (t->n_stages == GLM53_SPLIT_MAX_STAGES)
+        return GLM53_FAIL(GLM53_ERR_UNSUPPORTED, "tokenizer: more than %d pre-tokenizer splits",
+                          GLM53_SPLIT_MAX_STAGES);
     glm53_split_stage **p = realloc(t->stages, sizeof(*p) * (size_t)(t->n_stages + 1));
     if (!p) return GLM53_FAIL(GLM53_ERR_OUT_OF_MEMORY, "tokenizer: out of memory");
     t->stages = p;
@@ -654,6 +664,13 @@ static glm53_status add_added(glm53_tokenizer *t, const char *content, int32_t i
     if (id < 0 || id >= t->n_vocab) return GLM53_FAIL(GLM53_ERR_FORMAT, "%s: added token id %d", path, id);
     if (glm53_uc_utf8_valid_prefix((const uint8_t *)content, len) != len)
         return GLM53_FAIL(GLM53_ERR_FORMAT, "%s: added token %d is not UTF-8", path, id);
+    /* An added token may be a vocabulary token (same spelling, same id); another token's id it cannot take. HF
+     * would let both share the id (a file whose vocabulary skips ids, so that HF's numbering of the added tokens
+     * runs into it), and decode one as the other. */
+    const token *tk = &t->tokens[id];
+    if ((tk->flags & TOK_USED) && (tk->str_len != len || memcmp(t->arena + tk->str_off, content, len) != 0))
+        return GLM53_FAIL(GLM53_ERR_FORMAT, "%s: added token \"%.60s\" gets id %d, which \"%.60s\" already has",
+                          path, content, id, t->arena + tk->str_off);
     added_token *p = realloc(t->added, sizeof(*p) * (size_t)(t->n_added + 1));
     if (!p) return GLM53_FAIL(GLM53_ERR_OUT_OF_MEMORY, "tokenizer: out of memory");
     t->added = p;
@@ -895,7 +912,7 @@ static glm53_status load_json(glm53_tokenizer **out, const json_ctx *j) {
     if (bound > INT32_MAX) return GLM53_FAIL(GLM53_ERR_UNSUPPORTED, "%s: too many tokens", j->path);
 
     glm53_tokenizer *t;
-    GLM53_TRY(tokenizer_new((int32_t)bound, (uint64_t)(model_size + n_added), &t));
+    GLM53_TRY(tokenizer_new((int32_t)bound, (uint64_t)(model_size + n_added), j->path, &t));
     glm53_status s = GLM53_OK;
     TJ_EACH(j, item, vocab) {
         int32_t id = json_id(item);
@@ -1009,7 +1026,7 @@ static glm53_status load_tiktoken(glm53_tokenizer **out, const char *path, char 
     if (max_id < 0) return GLM53_FAIL(GLM53_ERR_FORMAT, "%s: no tokens", path);
 
     glm53_tokenizer *t;
-    GLM53_TRY(tokenizer_new((int32_t)(max_id + 1), (uint64_t)(n_lines + n_special), &t));
+    GLM53_TRY(tokenizer_new((int32_t)(max_id + 1), (uint64_t)(n_lines + n_special), path, &t));
     t->ignore_merges = 1;   /* tiktoken looks a whole piece up before merging */
     glm53_status s = add_stage(t, pattern ? pattern : glm53_split_pattern_cl100k);
     uint8_t *bytes = malloc(len + 1);
@@ -1086,6 +1103,13 @@ glm53_status glm53_tokenizer_load(const char *path, glm53_tokenizer **out) {
     char *data;
     size_t len;
     GLM53_TRY(read_file(path, &data, &len));
+    glm53_status s = glm53_tokenizer_load_buffer(data, len, path, out);
+    free(data);
+    return s;
+}
+
+glm53_status glm53_tokenizer_load_buffer(char *data, size_t len, const char *path, glm53_tokenizer **out) {
+    *out = NULL;
     size_t i = 0;
     while (i < len && (data[i] == ' ' || data[i] == '\t' || data[i] == '\r' || data[i] == '\n')) i++;
     glm53_status s;
@@ -1100,7 +1124,6 @@ glm53_status glm53_tokenizer_load(const char *path, glm53_tokenizer **out) {
     } else {
         s = load_tiktoken(out, path, data, len, NULL, NULL, NULL, 0);
     }
-    free(data);
     return s;
 }
 

@@ -13,6 +13,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* glm53_tokenizer_load on the bytes of a file: data[0, len), NUL-terminated at data[len], which the JSON reader
+ * unescapes in place (so data is changed and may be freed once this returns). path names the file in messages.
+ * glm53_tokenizer_load is read_file + this; the fuzzer (tests/fuzz/fuzz_tokenizer.c) calls it directly. */
+glm53_status glm53_tokenizer_load_buffer(char *data, size_t len, const char *path, glm53_tokenizer **out);
+
 /* ------------------------------------------------------------------------------------------------------------
  * Unicode classes, as HF tokenizers' regex engine (Oniguruma) sees them
  */
@@ -83,6 +88,8 @@ glm53_status glm53_uc_nfc(const uint8_t *s, size_t n, uint8_t **out, size_t *out
  */
 typedef struct glm53_split_stage glm53_split_stage;
 
+enum { GLM53_SPLIT_MAX_STAGES = 16 };   /* stages one split may run (GLM-5.3 has one, deepseek_v3 three) */
+
 /* Compiles one split regex. The cl100k family (GLM-5.3, llama3: \p{N}{1,3}; qwen2/3: \p{N}) runs on a
  * hand-written scanner; any other pattern runs on PCRE2 (UTF, UCP, JIT) with \p{L} \p{N} \p{P} \p{S} \p{M} \s
  * replaced by HF's class tables, so both follow HF's Unicode version. */
@@ -94,8 +101,9 @@ int          glm53_split_stage_is_scanner(const glm53_split_stage *stage);
 /* Called for each piece, in order; a non-OK status stops the split and is returned from it. */
 typedef glm53_status (*glm53_piece_fn)(void *ctx, const uint8_t *piece, size_t len);
 
-/* Splits valid UTF-8 text[0, n) with stages[0, n_stages): every match of stage 0 and every gap between matches
- * is a piece, and each piece goes through the next stage; pieces of the last stage go to fn. */
+/* Splits valid UTF-8 text[0, n) with stages[0, n_stages <= GLM53_SPLIT_MAX_STAGES): every match of stage 0 and
+ * every gap between matches is a piece, and each piece goes through the next stage; pieces of the last stage go
+ * to fn. */
 glm53_status glm53_split_run(glm53_split_stage *const *stages, int32_t n_stages, const uint8_t *text, size_t n,
                              glm53_piece_fn fn, void *ctx);
 

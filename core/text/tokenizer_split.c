@@ -275,8 +275,9 @@ glm53_status glm53_split_stage_create(const char *pattern, glm53_split_stage **o
         if (s != GLM53_OK) { free(st); return s; }
         int err;
         PCRE2_SIZE off;
-        st->code = pcre2_compile((PCRE2_SPTR)rewritten, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &err, &off,
-                                 NULL);
+        /* \C (one byte, even in UTF mode) would cut characters apart: the next stages and BPE expect whole ones */
+        st->code = pcre2_compile((PCRE2_SPTR)rewritten, PCRE2_ZERO_TERMINATED,
+                                 PCRE2_UTF | PCRE2_UCP | PCRE2_NEVER_BACKSLASH_C, &err, &off, NULL);
         free(rewritten);
         if (!st->code) {
             PCRE2_UCHAR msg[256];
@@ -330,7 +331,8 @@ static glm53_status run_stage(split_run *r, int32_t k, const uint8_t *s, size_t 
             return GLM53_FAIL(GLM53_ERR_BACKEND, "split regex: match failed: %s", (const char *)msg);
         }
         size_t ms = ov[0], me = ov[1];
-        if (me == ms) {   /* an empty match makes no piece: step over one character */
+        if (me == ms) {   /* an empty match makes no piece: step over one character (none at the end: "$") */
+            if (ms >= n) break;
             int len;
             glm53_uc_decode(s + ms, &len);
             pos = ms + (size_t)len;
@@ -346,9 +348,9 @@ static glm53_status run_stage(split_run *r, int32_t k, const uint8_t *s, size_t 
 
 glm53_status glm53_split_run(glm53_split_stage *const *stages, int32_t n_stages, const uint8_t *text, size_t n,
                              glm53_piece_fn fn, void *ctx) {
-    enum { MAX_STAGES = 16 };
-    if (n_stages > MAX_STAGES) return GLM53_FAIL(GLM53_ERR_UNSUPPORTED, "more than %d split stages", MAX_STAGES);
-    pcre2_match_data *match[MAX_STAGES] = {0};
+    if (n_stages > GLM53_SPLIT_MAX_STAGES)
+        return GLM53_FAIL(GLM53_ERR_UNSUPPORTED, "more than %d split stages", GLM53_SPLIT_MAX_STAGES);
+    pcre2_match_data *match[GLM53_SPLIT_MAX_STAGES] = {0};
     split_run r = {stages, match, n_stages, fn, ctx};
     glm53_status s = GLM53_OK;
     for (int32_t k = 0; k < n_stages && s == GLM53_OK; k++) {

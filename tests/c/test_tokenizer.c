@@ -353,6 +353,9 @@ static void test_bad_files(void) {
             {"null", "null", "pre-tokenizer"},
             {"null", "{\"type\": \"Split\", \"pattern\": {\"Regex\": \"a\"}, \"behavior\": \"Isolated\"}", "ByteLevel"},
             {"null", "{\"type\": \"Split\", \"pattern\": {\"Regex\": \"(\"}, \"behavior\": \"Isolated\"}", "regex"},
+            /* fuzz_tokenizer: \C matched single bytes of characters, and later stages read past their pieces */
+            {"null", "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", \"pattern\":"
+                     " {\"Regex\": \"\\\\C\"}, \"behavior\": \"Isolated\"}, {\"type\": \"ByteLevel\"}]}", "\\C"},
         };
         for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
             char *json = handmade_json(1, cases[k].norm, cases[k].pre ? cases[k].pre : GLM_PRE, 261);
@@ -364,10 +367,71 @@ static void test_bad_files(void) {
                   "case %zu: status %d, \"%s\"", k, s, glm53_last_error());
             free(json);
         }
-        glm53_tokenizer *tok = NULL;
+        /* fuzz_tokenizer: 17 splits loaded, then every encode failed */
+        sbuf many = {0};
+        sb_printf(&many, "{\"type\": \"Sequence\", \"pretokenizers\": [");
+        for (int k = 0; k < 17; k++)
+            sb_printf(&many, "{\"type\": \"Split\", \"pattern\": {\"Regex\": \"a\"}, \"behavior\": \"Isolated\"}, ");
+        sb_printf(&many, "{\"type\": \"ByteLevel\", \"use_regex\": false}]}");
+        char *json = handmade_json(1, "null", many.s, 261);
+        free(many.s);
+        glm53_tokenizer *tok = load_json_text(json);
+        free(json);
+        CHECK(tok == NULL && strstr(glm53_last_error(), "more than 16"), "17 splits: %s", glm53_last_error());
         CHECK(glm53_tokenizer_load("/nonexistent/tokenizer.json", &tok) == GLM53_ERR_IO, "missing file");
         CHECK(glm53_tokenizer_load(NULL, &tok) == GLM53_ERR_INVALID_ARG, "NULL path");
         glm53_tokenizer_free(NULL);
+    }
+    TEST_CASE("ids that sparse are refused, not allocated (fuzz_tokenizer: one id of 2e9 asked for 40 GB)") {
+        const char *files[] = {"YQ== 0\nYg== 2000000000\n",
+                               "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 2000000000},"
+                               " \"merges\": []}, \"pre_tokenizer\": {\"type\": \"ByteLevel\"},"
+                               " \"decoder\": {\"type\": \"ByteLevel\"}}"};
+        for (int k = 0; k < 2; k++) {
+            const char *path = write_tmp(files[k], strlen(files[k]));
+            glm53_tokenizer *tok = NULL;
+            glm53_status s = glm53_tokenizer_load(path, &tok);
+            unlink(path);
+            CHECK(s == GLM53_ERR_UNSUPPORTED && tok == NULL && strstr(glm53_last_error(), "sparse"), "file %d: %s", k,
+                  glm53_last_error());
+        }
+        const char *gap = "YQ== 0\nYg== 65537\n";   /* 65536 unused ids are still fine */
+        const char *path = write_tmp(gap, strlen(gap));
+        glm53_tokenizer *tok = NULL;
+        CHECK(glm53_tokenizer_load(path, &tok) == GLM53_OK && glm53_tokenizer_n_vocab(tok) == 65538, "a gap: %s",
+              glm53_last_error());
+        unlink(path);
+        glm53_tokenizer_free(tok);
+    }
+    TEST_CASE("an added token whose HF id another token has is refused (fuzz_tokenizer: decoded as the other)") {
+        /* The vocabulary skips id 5, so HF numbers the added token model_size = 6, which "f" has. */
+        const char *json = "{\"added_tokens\": [{\"id\": 7, \"content\": \"<x>\", \"special\": true}],"
+                           " \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"c\": 2, \"d\": 3,"
+                           " \"e\": 4, \"f\": 6}, \"merges\": []}, \"pre_tokenizer\": {\"type\": \"ByteLevel\"},"
+                           " \"decoder\": {\"type\": \"ByteLevel\"}}";
+        const char *path = write_tmp(json, strlen(json));
+        glm53_tokenizer *tok = NULL;
+        glm53_status s = glm53_tokenizer_load(path, &tok);
+        unlink(path);
+        CHECK(s == GLM53_ERR_FORMAT && tok == NULL && strstr(glm53_last_error(), "\"f\" already has"), "%s",
+              glm53_last_error());
+    }
+    TEST_CASE("a split regex that matches empty at the end reads nothing past the text (fuzz_tokenizer)") {
+        char *json = handmade_json(1, "null",
+                                   "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", \"pattern\":"
+                                   " {\"Regex\": \"$\"}, \"behavior\": \"Isolated\"}, {\"type\": \"ByteLevel\","
+                                   " \"use_regex\": false}]}", 261);
+        glm53_tokenizer *tok = load_json_text(json);
+        free(json);
+        CHECK(tok != NULL, "loads");
+        char *text = malloc(4);   /* exactly the text: ASan sees a read past it */
+        memcpy(text, "abab", 4);
+        int32_t ids[8];
+        int64_t n = 0;
+        CHECK(tok && glm53_tokenizer_encode(tok, text, 4, 0, ids, 8, &n) == GLM53_OK && n == 1 && ids[0] == 257,
+              "abab is one token");
+        free(text);
+        glm53_tokenizer_free(tok);
     }
 }
 

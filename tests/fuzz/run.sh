@@ -7,12 +7,16 @@
 #   config       config.json parsing (tests/fuzz/fuzz_config.c)
 #   image        image/video decode + preprocessing (tests/fuzz/fuzz_image.c; each seed starts with two control
 #                bytes, mode and knob, that the target reads before the file)
-# Usage: tests/fuzz/run.sh [seconds] [target ...]      (default: all three)
+#   tokenizer    tokenizer.json / tiktoken loading, then encode and decode with what loaded
+#                (tests/fuzz/fuzz_tokenizer.c)
+#   chat         the chat template renderer (Lua) on conversations made from the bytes, on an embedded LuaJIT
+#                (tests/fuzz/fuzz_chat.c + fuzz_chat.lua; the first byte picks JSON text or the generator)
+# Usage: tests/fuzz/run.sh [seconds] [target ...]      (default: all five)
 set -euo pipefail
 seconds=${1:-60}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(safetensors config image)
+[ ${#targets[@]} -gt 0 ] || targets=(safetensors config image tokenizer chat)
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 build=build-fuzz
@@ -20,19 +24,34 @@ mkdir -p "$build"
 cc=${CC_FUZZ:-clang}
 flags=(-std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
        -fno-omit-frame-pointer -Wall -Wextra -Wno-unused-parameter -I. -Icore)
-libs=($(pkg-config --libs libcjson) -lm -lpthread)
+libs=($(pkg-config --libs libcjson libpcre2-8) -lm -lpthread)
 
 sources_for() {
   case $1 in
     safetensors|config) echo core/base/error.c core/base/tensor.c core/io/safetensors.c core/io/config.c ;;
     image) echo core/base/error.c core/media/image.c ;;
+    tokenizer) echo core/base/error.c core/text/tokenizer.c core/text/tokenizer_json.c core/text/tokenizer_split.c \
+                    core/text/tokenizer_tables.c core/text/tokenizer_unicode.c ;;
+    chat) ;;   # Lua: the renderer is loaded from lua/ at run time
     *) echo "unknown fuzz target '$1'" >&2; exit 2 ;;
   esac
 }
-max_len_for() { [ "$1" = image ] && echo 65536 || echo 16384; }
+# Compiler and linker flags a target needs besides the common ones.
+extra_for() {
+  case $1 in
+    chat) echo "$(pkg-config --cflags --libs luajit) -DGLM53_FUZZ_ROOT=\"$root\"" ;;
+  esac
+}
+max_len_for() {
+  case $1 in
+    image) echo 65536 ;;
+    tokenizer) echo 32768 ;;   # the bundled models/tiny/tokenizer.json (30 KB) is a seed
+    *) echo 16384 ;;
+  esac
+}
 
 for t in "${targets[@]}"; do
-  "$cc" "${flags[@]}" $(sources_for "$t") "tests/fuzz/fuzz_$t.c" "${libs[@]}" -o "$build/fuzz_$t"
+  "$cc" "${flags[@]}" $(sources_for "$t") "tests/fuzz/fuzz_$t.c" $(extra_for "$t") "${libs[@]}" -o "$build/fuzz_$t"
 done
 
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
