@@ -9,6 +9,7 @@ drives it to the end with :run(); an event loop (tests/lua/mock_openai_server.lu
     local ids = assert(generator.encode(tok, { { role = "user", content = "hi" } }))   -- chat template, then ids
     g:submit({ ids = ids, max_tokens = 64, stop = { "Question:" }, seed = 1 }, {
         on_delta = function(text, job) io.write(text) end,          -- optional: text as it is decoded
+        on_tokens = function(n, job) end,                           -- optional: n new tokens this round
         on_done = function(r, job) print(r.finish_reason, r.tokens_out, r.text) end,
     })
     assert(g:run())
@@ -113,8 +114,10 @@ function M.new(m, tok, opts)
     return self
 end
 
--- Queues a request: req.ids (prompt ids), req.max_tokens (default 256), req.stop (stop strings), req.seed.
--- cb.on_done(result, job) is called once; cb.on_delta(text, job) with each piece of text. Returns the job.
+-- Queues a request: req.ids (prompt ids), req.max_tokens (default 256), req.stop (stop strings), req.seed,
+-- req.stop_ids (default the generator's; {} ignores end-of-turn tokens). cb.on_done(result, job) is called
+-- once; cb.on_delta(text, job) with each piece of text; cb.on_tokens(n, job) after each round that committed n
+-- tokens of the request (before their text). Returns the job.
 function Generator:submit(req, cb)
     if type(req) ~= "table" or type(req.ids) ~= "table" or #req.ids == 0 then
         error("generator:submit: req.ids must be a non-empty array of token ids", 2)
@@ -154,7 +157,8 @@ function Generator:_admit()
         self.qhead = self.qhead + 1
         local req = job.req
         job.t_start = clock.now()
-        local s, err = self.d:add(req.ids, { max_new = req.max_tokens or 256, seed = req.seed, stop_ids = self.stop_ids })
+        local s, err = self.d:add(req.ids, { max_new = req.max_tokens or 256, seed = req.seed,
+                                             stop_ids = req.stop_ids or self.stop_ids })
         if not s then
             complete(job, { finish_reason = "error", error = err })
         else
@@ -170,7 +174,10 @@ end
 function Generator:_advance(job)
     local s, det = job.stream, job.det
     local gen = s.generated
-    if #gen > job.seen and not job.t_first then job.t_first = clock.now() end
+    if #gen > job.seen then
+        job.t_first = job.t_first or clock.now()
+        if job.cb.on_tokens then job.cb.on_tokens(#gen - job.seen, job) end
+    end
     for i = job.seen + 1, #gen do
         local text, stopped, which = det:push(gen[i])
         if text == nil then return { finish_reason = "error", error = stopped } end
@@ -226,6 +233,11 @@ function Generator:run()
     end
     if first_err then return nil, first_err end
     return true
+end
+
+-- The driver's speculative-decoding counters summed over finished streams (glm53.generation.driver).
+function Generator:stats()
+    return self.d.stats
 end
 
 function Generator:free()
