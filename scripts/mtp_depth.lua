@@ -262,7 +262,7 @@ local page = html.page("MTP depth sweep", {
                ylabel = "speed-up", series = speed_series }),
 })
 
-os.execute("mkdir -p '" .. args.out:gsub("'", "'\\''") .. "'")
+assert(file.mkdir_p(args.out))
 assert(file.write_file(args.out .. "/report.html", page .. "\n"))
 
 local json_rows = {}

@@ -220,11 +220,6 @@ local function settings_rows(args, goodput)
     return rows
 end
 
-local function mkdir_p(dir)
-    local ok = os.execute("mkdir -p '" .. dir:gsub("'", "'\\''") .. "'")
-    return ok == 0 or ok == true
-end
-
 -- A plain load (a sweep when --max-concurrency lists several values).
 local function run_load(args, base_opts, levels, goodput, pcts)
     local results = {}
@@ -403,7 +398,8 @@ function M.main(argv, name)
     local prompts
     prompts, err = load_prompts(args)
     if not prompts then return fail(err) end
-    if not mkdir_p(args.out) then return fail("cannot make " .. args.out) end
+    local made, merr = file.mkdir_p(args.out)
+    if not made then return fail(merr) end
     local base_opts = {
         server = args.server, model = args.model, prompts = prompts, num_prompts = args.num_prompts,
         max_tokens = args.output_len, endpoint = args.endpoint, extra = extra, ignore_eos = args.ignore_eos,

@@ -75,16 +75,24 @@ function M.encode(record)
     return encode_object(record, M.FIELDS)
 end
 
--- The complete lines of a JSONL file and whether a partial last line followed them.
-local function split_lines(text)
-    local lines, pos = {}, 1
+-- The records of a JSONL text: { {rec =, line =, n = line number}, ... } for its complete non-blank lines, and
+-- whether a partial last line followed them; nil, "path:n: reason" for a line that is not a record.
+local function parse(path, text)
+    local entries, pos, n = {}, 1, 0
     while true do
         local nl = text:find("\n", pos, true)
         if not nl then break end
-        lines[#lines + 1] = text:sub(pos, nl - 1)
-        pos = nl + 1
+        local line = text:sub(pos, nl - 1)
+        pos, n = nl + 1, n + 1
+        if line:find("%S") then
+            local ok, rec = pcall(cjson.decode, line)
+            if not ok or type(rec) ~= "table" or rec.id == nil then
+                return nil, string.format("%s:%d: not a record (%s)", path, n, ok and "no id" or tostring(rec))
+            end
+            entries[#entries + 1] = { rec = rec, line = line, n = n }
+        end
     end
-    return lines, pos <= #text
+    return entries, pos <= #text
 end
 
 -- Every record of a JSONL file, in file order (a partial last line is left out). nil, err for an unreadable
@@ -93,16 +101,10 @@ function M.read(path)
     if type(path) ~= "string" then error("records.read: path must be a string", 2) end
     local text, err = file.read_file(path)
     if not text then return nil, err end
+    local entries, perr = parse(path, text)
+    if not entries then return nil, perr end
     local list = {}
-    for i, line in ipairs((split_lines(text))) do
-        if line:find("%S") then
-            local ok, rec = pcall(cjson.decode, line)
-            if not ok or type(rec) ~= "table" or rec.id == nil then
-                return nil, string.format("%s:%d: not a record (%s)", path, i, ok and "no id" or tostring(rec))
-            end
-            list[#list + 1] = rec
-        end
-    end
+    for i, e in ipairs(entries) do list[i] = e.rec end
     return list
 end
 
@@ -117,24 +119,19 @@ function M.open(path)
     local self = setmetatable({ path = path, done = {}, order = {}, dropped = 0, cut = false }, Store)
     local text = file.read_file(path)
     if text then
-        local lines, partial = split_lines(text)
+        local entries, partial = parse(path, text)
+        if not entries then return nil, partial end
         local kept = {}
-        for i, line in ipairs(lines) do
-            if line:find("%S") then
-                local ok, rec = pcall(cjson.decode, line)
-                if not ok or type(rec) ~= "table" or rec.id == nil then
-                    return nil, string.format("%s:%d: not a record (%s)", path, i, ok and "no id" or tostring(rec))
-                end
-                local id = tostring(rec.id)
-                if rec.error ~= nil and rec.error ~= cjson.null then
-                    self.dropped = self.dropped + 1
-                elseif self.done[id] then
-                    return nil, string.format("%s:%d: a second record of id %s", path, i, id)
-                else
-                    self.done[id] = rec
-                    self.order[#self.order + 1] = id
-                    kept[#kept + 1] = line .. "\n"
-                end
+        for _, e in ipairs(entries) do
+            local rec, id = e.rec, tostring(e.rec.id)
+            if rec.error ~= nil and rec.error ~= cjson.null then
+                self.dropped = self.dropped + 1
+            elseif self.done[id] then
+                return nil, string.format("%s:%d: a second record of id %s", path, e.n, id)
+            else
+                self.done[id] = rec
+                self.order[#self.order + 1] = id
+                kept[#kept + 1] = e.line .. "\n"
             end
         end
         self.cut = partial

@@ -264,11 +264,6 @@ end
 ---------------------------------------------------------------------------------------------------------------
 -- The run
 ---------------------------------------------------------------------------------------------------------------
-local function mkdir_p(dir)
-    local ok = os.execute("mkdir -p '" .. dir:gsub("'", "'\\''") .. "'")
-    return ok == 0 or ok == true
-end
-
 -- Checks (or writes) dir/run.json: the settings that decide the outputs must match a run already there.
 local function check_identity(dir, identity)
     local path = dir .. "/run.json"
@@ -328,7 +323,8 @@ function M.run(opts)
     end
 
     local dir = opts.out
-    if not mkdir_p(dir) then return nil, "cannot make the directory " .. dir end
+    local made, merr = file.mkdir_p(dir)
+    if not made then return nil, merr end
     local ok
     ok, err = check_identity(dir, records.ordered(
         { "task", "data", "target", "model_name", "seed", "fewshot", "shots", "max_tokens", "temperature",
