@@ -278,6 +278,7 @@ function M.run(opts)
         local function maybe_done()
             if done_sending and in_flight == 0 and #waiting == 0 then finish_all() end
         end
+        local pump
         local function start(i)
             in_flight = in_flight + 1
             local p = opts.prompts[(i - 1) % #opts.prompts + 1]
@@ -286,6 +287,8 @@ function M.run(opts)
                 out.index = i
                 result.outputs[i] = out
                 if #waiting > 0 and (not limit or in_flight < limit) then start(table.remove(waiting, 1)) end
+                -- With --duration at an infinite rate the freed slot is refilled at once.
+                if opts.duration and rate == math.huge and not done_sending then pump() end
                 maybe_done()
             end)
         end
@@ -294,7 +297,8 @@ function M.run(opts)
         end
         -- Sends every request whose time has come, then sleeps until the next one.
         local next_at = 0
-        local function pump()
+        function pump()
+            if finished then return end
             local now = clock.now() - t0
             while not done_sending do
                 if opts.duration then

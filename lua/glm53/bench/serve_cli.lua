@@ -104,7 +104,9 @@ local function load_prompts(args)
         local recs = {}
         for line in txt:gmatch("[^\n]+") do
             local ok, v = pcall(cjson.decode, line)
-            if not ok or type(v) ~= "table" then return nil, args.prompts .. ": line " .. (#recs + 1) .. " is not a JSON object" end
+            if not ok or type(v) ~= "table" then
+                return nil, args.prompts .. ": line " .. (#recs + 1) .. " is not a JSON object"
+            end
             recs[#recs + 1] = v
         end
         for i, r in ipairs(recs) do
@@ -362,7 +364,8 @@ end
 
 function M.main(argv, name)
     name = name or "bench_serve.lua"
-    local args = cli.parse(split_goodput(argv), { usage = "luajit scripts/" .. name .. " " .. M.USAGE, options = M.OPTIONS })
+    local args = cli.parse(split_goodput(argv), { usage = "luajit scripts/" .. name .. " " .. M.USAGE,
+                                                  options = M.OPTIONS })
     local function fail(msg)
         io.stderr:write(name, ": ", msg, "\n")
         return 1

@@ -65,7 +65,9 @@ function M.eval(argv, name)
     local spec = { usage = "luajit scripts/" .. name .. " " .. M.EVAL_USAGE, options = M.EVAL_OPTIONS }
     local task = argv[1]
     if task == nil or task == "-h" or task == "--help" then cli.parse({ "--help" }, spec) end
-    if task:sub(1, 1) == "-" then return failure(name, "the first argument is the task (a module of evals/), got " .. task) end
+    if task:sub(1, 1) == "-" then
+        return failure(name, "the first argument is the task (a module of evals/), got " .. task)
+    end
     local args = cli.parse({ select(2, unpack(argv)) }, spec)
     if args.model and args.server then return failure(name, "give --model or --server, not both") end
     local task_opts = {}

@@ -24,9 +24,10 @@ request unless the response says Connection: close or is read until close; a req
 connection closed by the server before any byte of the response arrived is sent again once on a new one.
 
 pool:request(req, cb): req.method (default "GET"), req.path, req.headers (a map), req.body (a string),
-req.timeout, req.on_head(res), req.on_body(bytes). cb(res, err) is called once: res = { status, reason,
-headers (lower-case names; repeated fields joined with ", "), body (the whole body, "" when on_body took it) },
-or nil and an error ("timeout: ...", "connect: ...", "closed before the response ended", a parse error).
+req.timeout, req.on_head(res), req.on_body(bytes), req.on_dispatch() (called when the request leaves the
+pool's queue for a connection, idle or about to be opened: where a client's own waiting ends). cb(res, err)
+is called once: res = { status, reason, headers (lower-case names; repeated fields joined with ", "), body (the
+whole body, "" when on_body took it) }, or nil and an error ("timeout: ...", "connect: ...", "closed before the response ended", a parse error).
 Argument errors raise.
 
 The response parser (http_client.response_parser) is sans-I/O and usable alone: feed it bytes in any split.
@@ -418,11 +419,14 @@ end
 function Pool:_dispatch()
     while #self.queue > 0 and not self.closed do
         local job = table.remove(self.queue, 1)
+        local dispatch = job.req.on_dispatch
         if job.finished then
             -- timed out while waiting
         elseif #self.idle > 0 then
+            if dispatch and not job.retried then dispatch() end
             self:_send(table.remove(self.idle), job)
         elseif #self.conns < self.max then
+            if dispatch and not job.retried then dispatch() end
             self:_connect(function(conn, err)
                 if not conn then
                     finish(job, nil, err)

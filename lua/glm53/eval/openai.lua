@@ -16,8 +16,10 @@ A result r: ok (a 200 response with a choice), status, error (when not ok: the H
 error message, or the transport error), text (message content, or the completion text), reasoning (the
 message's reasoning_content, or its reasoning, when the server split it off; nil otherwise), finish_reason,
 prompt_tokens and completion_tokens (from usage; nil when the server sent none), chunks (streamed chunks
-that carried a choice), and the times (clock.now() seconds): t_start (just before the request is written),
-t_first (the first chunk with a choice), t_last (the last one), t_end (the response complete), ttft =
+that carried a choice), and the times (clock.now() seconds): t_start,
+t_first (the first chunk with a choice), t_last (the last one), t_end (the response complete); t_start is when
+the request leaves the client's queue for a connection (an idle one, or one being opened: connecting counts, as
+it does in vLLM's client), so a request that waits for a free connection is not charged for the wait; ttft =
 t_first - t_start, itl = the gaps between successive chunks with a choice, latency = t_last - t_start when
 streaming (vLLM's benchmarks/lib/endpoint_request_func.py: only chunks with a token advance the end; the
 trailing usage chunk does not), t_end - t_start otherwise. Argument errors raise.
@@ -149,6 +151,7 @@ function M.complete(pool, opts, cb)
     local req = {
         method = "POST", path = (opts.base or "/v1") .. (chat and "/chat/completions" or "/completions"),
         headers = headers, body = body, timeout = opts.timeout,
+        on_dispatch = function() r.t_start = clock.now() end,
         on_head = function(res)
             status = res.status
             if opts.stream and status == 200 then sse = http_client.sse_parser() end
@@ -168,9 +171,9 @@ function M.complete(pool, opts, cb)
             end
         end
     end
-    r.t_start = clock.now()
     pool:request(req, function(res, err)
         r.t_end = clock.now()
+        r.t_start = r.t_start or r.t_end   -- never dispatched (the pool closed first)
         r.status = res and res.status
         if not res then
             r.ok, r.error = false, err

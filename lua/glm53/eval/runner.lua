@@ -81,7 +81,9 @@ M.DEFAULT_MAX_TOKENS = 256
 
 -- A task module by name (evals/<name>.lua), or nil, err.
 function M.task(name)
-    if type(name) ~= "string" or not name:match("^[%w_]+$") then return nil, "task: a module name of evals/, got " .. tostring(name) end
+    if type(name) ~= "string" or not name:match("^[%w_]+$") then
+        return nil, "task: a module name of evals/, got " .. tostring(name)
+    end
     local path = M.ROOT .. "/?.lua"
     if not package.path:find(path, 1, true) then package.path = path .. ";" .. package.path end
     local ok, mod = pcall(require, "evals." .. name)
@@ -299,7 +301,9 @@ function M.run(opts)
     for _, mode in ipairs(run.modes) do
         local known = false
         for _, m in ipairs(task_mod.modes) do known = known or m == mode end
-        if not known then return nil, "task " .. opts.task .. " has no mode " .. mode .. " (" .. table.concat(task_mod.modes, ", ") .. ")" end
+        if not known then
+            return nil, "task " .. opts.task .. " has no mode " .. mode .. " (" .. table.concat(task_mod.modes, ", ") .. ")"
+        end
     end
 
     -- Items and prompts.
@@ -397,7 +401,8 @@ function M.run(opts)
         { opts.model and "model" or "server", opts.model or opts.server },
         { "served model", opts.server and (run.model_name or opts.model_name) or "-" },
         { "seed", run.seed }, { "fewshot", prompt_opts.fewshot }, { "max tokens", run.max_tokens },
-        { "temperature", run.temperature }, { "stop strings", #run.stop > 0 and '"' .. table.concat(run.stop, '", "') .. '"' or "none" },
+        { "temperature", run.temperature },
+        { "stop strings", #run.stop > 0 and '"' .. table.concat(run.stop, '", "') .. '"' or "none" },
         { "reasoning", run.reasoning }, { "concurrency", run.concurrency },
         { "device", opts.model and (opts.device or "cpu") or "-" }, { "spec k", opts.spec_k or 0 },
         { "wall time of this invocation (s)", string.format("%.2f", clock.now() - t0) },
