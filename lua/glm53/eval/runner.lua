@@ -87,7 +87,13 @@ function M.task(name)
     local path = M.ROOT .. "/?.lua"
     if not package.path:find(path, 1, true) then package.path = path .. ";" .. package.path end
     local ok, mod = pcall(require, "evals." .. name)
-    if not ok then return nil, "task " .. name .. ": " .. tostring(mod):match("^[^\n]*") end
+    if not ok then
+        local known = {}
+        for task in pairs(M.DEFAULT_DATA) do known[#known + 1] = task end
+        table.sort(known)
+        return nil, "task " .. name .. ": " .. tostring(mod):match("^[^\n]*") .. " (the tasks with bundled data: " ..
+                    table.concat(known, ", ") .. ")"
+    end
     if type(mod) ~= "table" or not (mod.load and mod.prompt and mod.extract and mod.match and mod.gold and mod.modes) then
         return nil, "task " .. name .. ": evals/" .. name .. ".lua is not a task module"
     end
@@ -351,7 +357,12 @@ function M.run(opts)
             skipped = skipped + 1
         else
             local made, prompt = pcall(task_mod.prompt, item, prompt_opts)
-            if not made then store:close() return nil, "task " .. opts.task .. ": " .. tostring(prompt) end
+            if not made then
+                store:close()
+                local hint = tostring(prompt):find("shots than", 1, true) and
+                             " (give --shots FILE, a JSONL of shots the task loads)" or ""
+                return nil, "task " .. opts.task .. ": " .. tostring(prompt) .. hint
+            end
             jobs[#jobs + 1] = { item = item, prompt = prompt, seed = item_seed(run.seed, item.id), pos = #jobs + 1 }
         end
     end
