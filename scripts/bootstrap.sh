@@ -11,6 +11,8 @@ packages=(
   lua-cjson lua-luv lua-busted              # Lua JSON, event loop (server), Lua tests
   curl                                      # the client in the server's black-box tests
   lua-rex-pcre2                             # Python-compatible regexes for the eval tasks (evals/)
+  libcmark0.30.2 libcmark-dev               # Markdown to HTML for eval and benchmark reports (FFI)
+  chromium                                  # headless screenshots of the HTML reports in the tests
   clang libclang-rt-14-dev                  # libFuzzer and sanitizers for the loader fuzz target
 )
 

@@ -54,6 +54,7 @@ local file = require("glm53.util.file")
 local stats = require("glm53.report.stats")
 local svg = require("glm53.report.svg")
 local html = require("glm53.report.html")
+local text = require("glm53.report.text")
 
 local function die(msg)
     io.stderr:write("mtp_depth.lua: ", msg, "\n")
@@ -216,20 +217,9 @@ for _, c in ipairs(configs) do
     row[#row + 1] = "[" .. fmt(c.speedup_lo, 2) .. ", " .. fmt(c.speedup_hi, 2) .. "]"
     rows[#rows + 1] = row
 end
-local widths = {}
-for i, h in ipairs(header) do
-    widths[i] = #h
-    for _, row in ipairs(rows) do widths[i] = math.max(widths[i], #row[i]) end
-end
-local function line(cells)
-    local out = {}
-    for i, cell in ipairs(cells) do out[i] = string.rep(" ", widths[i] - #cell) .. cell end
-    return table.concat(out, "  ")
-end
 print(string.format("model %s, %d prompts, %d new tokens each, %d repetitions, threads %d", args.model, #prompts,
                     args.max_new, args.reps, args.threads))
-print(line(header))
-for _, row in ipairs(rows) do print(line(row)) end
+print(text.table(header, rows))
 
 ---------------------------------------------------------------------------------------------------------------
 -- The HTML report: the table and two plots
@@ -272,7 +262,7 @@ local page = html.page("MTP depth sweep", {
                ylabel = "speed-up", series = speed_series }),
 })
 
-os.execute("mkdir -p '" .. args.out:gsub("'", "'\\''") .. "'")
+assert(file.mkdir_p(args.out))
 assert(file.write_file(args.out .. "/report.html", page .. "\n"))
 
 local json_rows = {}

@@ -44,7 +44,8 @@ Statistics per stream (s.stats) and for the driver (d.stats), with vLLM's names 
   two stats tables (over streams, drivers or repetitions).
 
 A stream (d:add) has s.generated (ids), s.all (prompt and generated ids), s.stats, and, once done,
-s.finish_reason ("length", "stop" for a stop id, or the reason a policy gave). d:prefix(prompt) prefills a prompt
+s.finish_reason ("length", "stop" for a stop id, or the reason a policy gave); d:finish(s, reason) ends a stream
+between rounds (a stop string the caller found in its text). d:prefix(prompt) prefills a prompt
 once for several streams (d:add(prefix, ...) forks it): n samples of one prompt. Prefill feeds every prompt
 token but the last; the first round verifies from it, so every generated token comes from a verified row.
 
@@ -609,6 +610,25 @@ function Driver:round()
     end
     self.streams = keep
     return total
+end
+
+-- Ends an active stream between rounds, before the driver would (a stop string found in its text, a client
+-- gone): it leaves the active set, its statistics go into the driver's totals, its caches are freed, and
+-- s.finish_reason = reason (default "stop"). s.generated keeps what was committed.
+function Driver:finish(s, reason)
+    if getmetatable(s) ~= Stream or s.driver ~= self or s.is_prefix then
+        error("driver:finish: not a stream of this driver", 2)
+    end
+    for i, active in ipairs(self.streams) do
+        if active == s then
+            table.remove(self.streams, i)
+            s.done, s.finish_reason = true, reason or "stop"
+            M.add_stats(self.stats, s.stats)
+            s:free()
+            return
+        end
+    end
+    error("driver:finish: the stream is not active", 2)
 end
 
 -- Rounds until every stream is done. Returns true, or nil, err.

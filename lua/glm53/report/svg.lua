@@ -12,7 +12,10 @@ glm53.report.svg - line plots as standalone SVG text, for inline use in the HTML
 
 Each series is a polyline with a dot per point and, where a point has lo and hi, an error bar; a legend names
 the series. The y axis gets about five round ticks; the x axis is labelled at the integers (draft positions,
-depths, shot counts). Text is escaped; the result is well-formed XML.
+depths, shot counts). Options for other data: x_ticks = true labels the x axis with about five round ticks
+instead (latencies, throughputs); x_labels = { [1] = "strict-match", ... } names integer x positions
+(categories); markers = false draws the lines without dots (curves of many points, such as a CDF). Text is
+escaped; the result is well-formed XML. svg.cdf(name, values) is the series of an empirical CDF.
 ]]
 local html = require("glm53.report.html")
 
@@ -41,6 +44,7 @@ function M.plot(spec)
     if type(spec) ~= "table" or type(spec.series) ~= "table" then error("svg.plot: spec.series must be a table", 2) end
     local title, xlabel, ylabel, series, y_floor = spec.title or "", spec.xlabel or "", spec.ylabel or "",
                                                     spec.series, spec.y_floor
+    local markers = spec.markers ~= false
     local W, L, R, T, B = 760, 60, 230, 36, 48
     local H = math.max(380, T + 16 * #series + 24)   -- tall enough for the legend
     local xmin, xmax, ymin, ymax = math.huge, -math.huge, y_floor or math.huge, -math.huge
@@ -52,6 +56,13 @@ function M.plot(spec)
     end
     if xmin == math.huge then xmin, xmax, ymin, ymax = 0, 1, 0, 1 end
     if xmax == xmin then xmax = xmin + 1 end
+    local xt, xstep
+    if spec.x_ticks then
+        xt, xstep = M.ticks(xmin, xmax)
+        xmin, xmax = math.min(xmin, xt[1]), math.max(xmax, xt[#xt])
+    elseif spec.x_labels then
+        xmin, xmax = xmin - 0.5, xmax + 0.5   -- room for the category names at the ends
+    end
     local yt, ystep = M.ticks(ymin, ymax)
     ymin, ymax = math.min(ymin, yt[1]), math.max(ymax, yt[#yt])
     if ymax == ymin then ymax = ymin + ystep end
@@ -67,8 +78,18 @@ function M.plot(spec)
         out[#out + 1] = string.format('<text x="%.1f" y="%.1f" text-anchor="end">%s</text>', L - 6, py(v) + 4,
                                       string.format("%." .. string.format("%d", decimals) .. "f", v))
     end
-    for x = math.ceil(xmin), math.floor(xmax) do
-        out[#out + 1] = string.format('<text x="%.1f" y="%.1f" text-anchor="middle">%d</text>', px(x), H - B + 16, x)
+    if xt then
+        local xdecimals = math.max(0, math.ceil(-math.log10(xstep) - 1e-9))
+        for _, v in ipairs(xt) do
+            out[#out + 1] = string.format('<text x="%.1f" y="%.1f" text-anchor="middle">%s</text>', px(v), H - B + 16,
+                                          string.format("%." .. string.format("%d", xdecimals) .. "f", v))
+        end
+    else
+        for x = math.ceil(xmin), math.floor(xmax) do
+            local label = spec.x_labels and spec.x_labels[x] or (not spec.x_labels and string.format("%d", x)) or ""
+            out[#out + 1] = string.format('<text x="%.1f" y="%.1f" text-anchor="middle">%s</text>', px(x), H - B + 16,
+                                          esc(label))
+        end
     end
     out[#out + 1] = string.format('<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="#000"/>', L, H - B, W - R, H - B)
     out[#out + 1] = string.format('<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="#000"/>', L, T, L, H - B)
@@ -89,7 +110,9 @@ function M.plot(spec)
                                                   px(p.x) - 4, py(v), px(p.x) + 4, py(v), color)
                 end
             end
-            out[#out + 1] = string.format('<circle cx="%.1f" cy="%.1f" r="3" fill="%s"/>', px(p.x), py(p.y), color)
+            if markers then
+                out[#out + 1] = string.format('<circle cx="%.1f" cy="%.1f" r="3" fill="%s"/>', px(p.x), py(p.y), color)
+            end
         end
         out[#out + 1] = string.format('<polyline points="%s" fill="none" stroke="%s" stroke-width="1.5"/>',
                                       table.concat(pts, " "), color)
@@ -100,6 +123,23 @@ function M.plot(spec)
     end
     out[#out + 1] = "</svg>"
     return table.concat(out, "\n")
+end
+
+-- The series of the empirical CDF of values (numbers): the fraction of values <= x, as a staircase, thinned
+-- to at most max_points (default 400) steps for long inputs. An empty input gives an empty series.
+function M.cdf(name, values, max_points)
+    local s = {}
+    for i, v in ipairs(values) do s[i] = v end
+    table.sort(s)
+    local n, points = #s, {}
+    local stride = math.max(1, math.ceil(n / (max_points or 400)))
+    for i = stride, n + stride - 1, stride do
+        local k = math.min(i, n)
+        if #points > 0 then points[#points + 1] = { x = s[k], y = points[#points].y } end
+        points[#points + 1] = { x = s[k], y = k / n }
+    end
+    if n > 0 then table.insert(points, 1, { x = s[1], y = 0 }) end
+    return { name = name, points = points }
 end
 
 return M

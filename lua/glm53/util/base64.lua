@@ -1,20 +1,22 @@
 --[[
-glm53.util.base64 - base64 decoding (standard and URL-safe alphabets; whitespace ignored; padding optional).
+glm53.util.base64 - base64 decoding (standard and URL-safe alphabets; whitespace ignored; padding optional) and
+encoding (standard alphabet, padded).
 
     local base64 = require("glm53.util.base64")
     local bytes, err = base64.decode("aGVsbG8=")     -- "hello"
+    local text = base64.encode("hello")              -- "aGVsbG8="
 
-Used for image data URLs and for the tokenizer CLI's raw-byte inputs. Argument errors raise; malformed input
+Used for image data URLs (read here, and sent by the eval client) and for the tokenizer CLI's raw-byte inputs. Argument errors raise; malformed input
 returns nil, err with the byte position.
 ]]
 local ffi = require("ffi")
 
 local M = {}
 
+local ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
 local value = {}
 do
-    local alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
-    for i = 1, 64 do value[alphabet:byte(i)] = i - 1 end
+    for i = 1, 64 do value[ALPHABET:byte(i)] = i - 1 end
     value[("-"):byte()] = 62   -- URL-safe alphabet
     value[("_"):byte()] = 63
 end
@@ -43,6 +45,26 @@ function M.decode(s)
                 acc = acc - b * 2 ^ bits
             end
         end
+    end
+    return ffi.string(out, k)
+end
+
+-- bytes -> standard base64 with "=" padding.
+function M.encode(s)
+    if type(s) ~= "string" then error("base64.encode: expected a string", 2) end
+    local n = #s
+    local out = ffi.new("uint8_t[?]", math.floor((n + 2) / 3) * 4 + 1)
+    local src = ffi.cast("const uint8_t *", s)
+    local digits = ffi.cast("const uint8_t *", ALPHABET)
+    local k = 0
+    for i = 0, n - 1, 3 do
+        local b1, b2, b3 = src[i], i + 1 < n and src[i + 1] or 0, i + 2 < n and src[i + 2] or 0
+        local v = (b1 * 256 + b2) * 256 + b3
+        out[k] = digits[math.floor(v / 262144)]
+        out[k + 1] = digits[math.floor(v / 4096) % 64]
+        out[k + 2] = i + 1 < n and digits[math.floor(v / 64) % 64] or 61
+        out[k + 3] = i + 2 < n and digits[v % 64] or 61
+        k = k + 4
     end
     return ffi.string(out, k)
 end

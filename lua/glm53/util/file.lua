@@ -7,6 +7,7 @@ the tests share.
     assert(file.write_file("/tmp/out.txt", text))                    -- true, or nil, err
     assert(file.write_file("lua/glm53/ffi/cdef.lua", text, { atomic = true }))
     if file.exists("build/libglm53.so") then ... end
+    assert(file.mkdir_p("reports/eval-gsm8k"))                      -- a directory and its parents
 
 Files are read and written in binary mode. Argument errors raise; runtime failures (no such file, no
 permission, a full disk) return nil, err.
@@ -61,6 +62,14 @@ function M.exists(path)
     local f = io.open(path, "rb")
     if f then f:close() return true end
     return false
+end
+
+-- Makes the directory path and any missing parents (mkdir -p). Returns true, or nil, err.
+function M.mkdir_p(path)
+    check_path(path, "file.mkdir_p")
+    local status = os.execute("mkdir -p '" .. path:gsub("'", "'\\''") .. "' 2>/dev/null")
+    if status == 0 or status == true then return true end
+    return nil, "cannot make the directory " .. path
 end
 
 return M
