@@ -44,11 +44,11 @@ count_ctest "$(cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-fa
 echo "== Lua tests (busted, LuaJIT)"
 count_busted "$(GLM53_BUILD="$root/$build" busted --lua=luajit -o utfTerminal tests/lua 2>&1)"
 
-echo "== Lua misuse and async specs under AddressSanitizer (build-asan)"
+echo "== Lua misuse, async and parallel specs under AddressSanitizer (build-asan)"
 asan_rt="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libubsan.so)"
 count_busted "$(LD_PRELOAD="$asan_rt" ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1 \
   GLM53_BUILD="$root/build-asan" busted --lua=luajit -o utfTerminal tests/lua/misuse_spec.lua \
-  tests/lua/async_step_spec.lua 2>&1)"
+  tests/lua/async_step_spec.lua tests/lua/parallel_spec.lua 2>&1)"
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

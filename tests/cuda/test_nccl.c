@@ -8,7 +8,9 @@
  * ncclAllReduce (of one rank), so the path is exercised on a single GPU; the logits must equal the plain run's
  * within 1e-5 relative (F32) or 1e-3 (BF16; in practice both are bit-identical, an all-reduce of one rank copies).
  * With 2 or more GPUs also TP 2, EP 2 (and with 4, TP 4, EP 4, TP 2 x EP 2) in F32, within 1e-5 of one GPU
- * (the CPU communicator's bound; the order of the partial sums is NCCL's). Prints a table; exit 0 when all pass.
+ * (the CPU communicator's bound; the order of the partial sums is NCCL's). First of all, the plain F32 CUDA run
+ * against the CPU backend's (row "cuda f32 vs cpu", within 1e-5): the reference itself is right.
+ * Prints a table; exit 0 when all pass.
  */
 #include "parallel_modes.h"
 
@@ -59,6 +61,29 @@ int main(void) {
                 if (m && mc) {
                     run_modes(m, mc, &fx, want[a]);
                     have[a] = true;
+                }
+                glm53_model_free(m);
+                glm53_model_free(mc);
+            }
+            if (have[0]) {
+                glm53_model_params p = glm53_model_default_params();
+                glm53_model *m = load_with(&fx, p, 0), *mc = load_with(&fx, p, CHUNK_PASS_ROWS);
+                if (m && mc) {
+                    floats cpu[MODES];
+                    run_modes(m, mc, &fx, cpu);
+                    printf("%-18s %-13s", FIXTURES[f], "cuda f32/cpu");
+                    for (int k = 0; k < MODES; k++) {
+                        if (cpu[k].n == 0) {
+                            printf(" %10s", "-");
+                            continue;
+                        }
+                        double rel = want[0][k].n == cpu[k].n ? rel_diff(&want[0][k], &cpu[k]) : INFINITY;
+                        printf(" %10.2e", rel);
+                        CHECK(rel <= 1e-5, "%s %s: CUDA F32 %.3e relative from the CPU's", FIXTURES[f],
+                              MODE_NAMES[k], rel);
+                        free(cpu[k].v);
+                    }
+                    printf("\n");
                 }
                 glm53_model_free(m);
                 glm53_model_free(mc);
