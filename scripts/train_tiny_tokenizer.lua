@@ -16,14 +16,22 @@ ASCII-only splitter is exact), count adjacent pairs over the pieces weighted by 
 frequent (ties: the smaller left id, then the smaller right id; a pair whose concatenation is already a token
 is skipped), repeat 512 times. Deterministic: the committed file is reproduced byte for byte.
 ]]
-local root = arg[0]:match("^(.*)/scripts/[^/]*$") or "."
+local root = (arg[0]:match("^(.*)/[^/]*$") or ".") .. "/.."
 package.path = root .. "/lua/?.lua;" .. root .. "/lua/?/init.lua;" .. package.path
 
 local cjson = require("cjson")
+local cli = require("glm53.util.cli")
 local file = require("glm53.util.file")
 
-local text_path = arg[1] or root .. "/scripts/data/tiny_tokenizer_train.txt"
-local out_path = arg[2] or root .. "/models/tiny/tokenizer.json"
+local args = cli.parse_or_exit(arg, {
+    prog = "train_tiny_tokenizer.lua",
+    usage = "luajit scripts/train_tiny_tokenizer.lua [TEXT [OUT]]",
+    summary = "Trains the bundled tokenizer (byte-level BPE in GLM-5.3's layout) from TEXT into OUT (defaults: " ..
+              "scripts/data/tiny_tokenizer_train.txt, models/tiny/tokenizer.json).",
+    args = { { "text", metavar = "TEXT", optional = true }, { "out", metavar = "OUT", optional = true } },
+})
+local text_path = args.text or root .. "/scripts/data/tiny_tokenizer_train.txt"
+local out_path = args.out or root .. "/models/tiny/tokenizer.json"
 local N_MERGES = 512
 
 local ADDED = {   -- GLM-5.3 ids 154820.. in order; the first 18 are special
