@@ -105,8 +105,12 @@ function M.run(args)
     local decode_floor = bandwidth and read_bytes / bandwidth or nil
     local prefill_floor = decode_floor
     if flops then prefill_floor = math.max(prefill_floor or 0, 2 * active * args.prompt / flops) end
-    print(string.format("model %s: %d layers, %.2f GB of weights, %.2f GB read per decode token, %.2f B active params",
-        ctx.dir, cfg.text.num_hidden_layers, m:weight_bytes() / 1e9, read_bytes / 1e9, active / 1e9))
+    local function size(x, unit)   -- 1.23 GB / 4.56 MB, 1.20 B / 3.40 M
+        if x >= 1e9 then return string.format("%.2f %s", x / 1e9, unit == "B" and "GB" or "B") end
+        return string.format("%.2f %s", x / 1e6, unit == "B" and "MB" or "M")
+    end
+    print(string.format("model %s: %d layers, %s of weights, %s read per decode token, %s active params", ctx.dir,
+                        cfg.text.num_hidden_layers, size(m:weight_bytes(), "B"), size(read_bytes, "B"), size(active, "")))
     print("floor: " .. (source or "n/a (no hardware figures for " .. args.device .. ": give --bandwidth and --flops)"))
     local function ms(x, digits) return x and string.format("%." .. digits .. "f ms", x * 1e3) or "n/a" end
     local function ratio(x, floor) return floor and string.format("%.1f", x / floor) or "n/a" end
