@@ -15,6 +15,7 @@ usage error and 1 for a runtime failure, a Lua traceback only with --debug. A co
 when it runs, so `glm53 --help` needs no C library. docs/cli.md documents every command.
 ]]
 local cli = require("glm53.util.cli")
+local common = require("glm53.cli.common")   -- light: no C library until a command loads a model
 
 local M = {}
 
@@ -36,7 +37,7 @@ M.program = {
           summary = "sweep the MTP draft depth K: acceptance, speed-up, an HTML report" },
         { name = "lua", module = "glm53.cli.lua", summary = "run a Lua file with the glm53 package on the path" },
     },
-    epilog = "The default model is the bundled tiny checkpoint (random weights: its text is noise).",
+    epilog = "--model defaults to the bundled models/" .. common.BUNDLED_MODEL .. " (README.md says what it is).",
     version = function() return require("glm53").version() end,
 }
 
