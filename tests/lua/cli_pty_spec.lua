@@ -9,6 +9,7 @@ local output = require("glm53.cli.output")
 local h = require("spec_helpers")
 
 local ROOT = os.getenv("PWD")
+local stdout_of = h.stdout_of
 local tmp, sock
 local session_id = 0
 
@@ -60,7 +61,7 @@ local function squeeze(s) return (s:gsub("%s+", "")) end
 
 -- The reply of `glm53 generate ARGS --json`.
 local function json_of(args)
-    local out = assert(io.popen("bin/glm53 generate --json " .. args .. " 2>/dev/null")):read("*a")
+    local out = stdout_of("bin/glm53 generate --json " .. args .. " 2>/dev/null")
     return cjson.decode(out)
 end
 

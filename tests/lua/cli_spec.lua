@@ -14,8 +14,8 @@ local GLM53 = "bin/glm53 "
 local TINY_TOK = "models/tiny/tokenizer.json"
 local IMAGE = "tests/fixtures/vision/images/aligned_rgb.png"
 
--- Output (stdout and stderr together) and exit status of a command line.
-local run = h.run
+-- Output (stdout and stderr together) and exit status of a command line; stdout alone.
+local run, stdout_of = h.run, h.stdout_of
 
 -- The output without the "rc=N" line h.run appends.
 local function text_of(out) return (out:gsub("rc=%d+%s*$", "")) end
@@ -240,12 +240,12 @@ describe("glm53 generate", function()
         for _, key in ipairs({ "prefill_tok_s", "decode_tok_s" }) do assert.is_number(r[key]) end
         assert.are.same({ drafts = 0, draft_tokens = 0, accepted = 0, accepted_per_pos = {} }, r.spec)
         -- the same text streamed (not a terminal: reasoning lines prefixed "| "), the statistics on stderr
-        local streamed = assert(io.popen(GLM53 .. "generate --max-tokens 12 'Hello there' 2>/dev/null")):read("*a")
+        local streamed = stdout_of(GLM53 .. "generate --max-tokens 12 'Hello there' 2>/dev/null")
         assert.are.equal(quoted(r.text), streamed)
-        out = assert(io.popen(GLM53 .. "generate --max-tokens 12 'Hello there' 2>&1 >/dev/null")):read("*a")
+        out = stdout_of(GLM53 .. "generate --max-tokens 12 'Hello there' 2>&1 >/dev/null")
         assert.matches("^prefill %d+ tokens: [%d.]+ tok/s; decode 11 tokens: [%d.]+ tok/s; finish: length", out)
         -- --reasoning raw: the text as it is
-        local raw = assert(io.popen(GLM53 .. "generate --max-tokens 12 --reasoning raw 'Hello there' 2>/dev/null")):read("*a")
+        local raw = stdout_of(GLM53 .. "generate --max-tokens 12 --reasoning raw 'Hello there' 2>/dev/null")
         assert.are.equal(r.text:sub(-1) == "\n" and r.text or r.text .. "\n", raw)
     end)
 
@@ -354,7 +354,7 @@ describe("glm53 chat (input from a pipe)", function()
         assert.are.same(stats[1], stats[3])              -- after /reset: the first turn again
         assert.matches("%(conversation cleared%)", out)
         -- the replies (stdout) of turns 1 and 3 are the same text
-        local replies = assert(io.popen("printf '" .. script .. "' | " .. GLM53 .. "chat --max-tokens 10 --reasoning raw 2>/dev/null")):read("*a")
+        local replies = stdout_of("printf '" .. script .. "' | " .. GLM53 .. "chat --max-tokens 10 --reasoning raw 2>/dev/null")
         local r = {}
         for l in replies:gmatch("([^\n]*)\n") do r[#r + 1] = l end
         assert.are.equal(3, #r, replies)
