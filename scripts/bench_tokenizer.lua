@@ -12,8 +12,23 @@ tests/tokenizer/bench_hf.py encodes the same file with HF tokenizers for the com
 machine. Each document is one encode call (no special tokens added). Prints a table: load seconds, MB, tokens,
 seconds and MB/s for the best of N passes; --threads N adds a line for glm53_tokenizer_encode_batch on N threads.
 ]]
-local root = arg[0]:match("^(.*)/scripts/[^/]*$") or "."
+local root = (arg[0]:match("^(.*)/[^/]*$") or ".") .. "/.."
 package.path = root .. "/lua/?.lua;" .. root .. "/lua/?/init.lua;" .. package.path
+
+local cli = require("glm53.util.cli")
+local opts = cli.parse_or_exit(arg, {
+    prog = "bench_tokenizer.lua",
+    usage = "luajit scripts/bench_tokenizer.lua [--tokenizer FILE] [--corpus PATH] [--repeat N] [--threads N]",
+    summary = "Encode throughput of glm53's tokenizer on one thread (and on N threads), and its load time.",
+    options = {
+        { "tokenizer", metavar = "FILE", default = root .. "/.cache/tokenizers/qwen3.json",
+          help = "tokenizer.json (tests/tokenizer/fetch.sh fetches qwen3.json)" },
+        { "corpus", metavar = "PATH", default = root .. "/.cache/bench/tokenizer_corpus.txt",
+          help = "the corpus file, written first if missing" },
+        { "repeat", type = "integer", min = 1, default = 3, help = "passes (the best is reported)" },
+        { "threads", type = "integer", min = 0, default = 0, help = "> 1: also glm53_tokenizer_encode_batch" },
+    },
+})
 
 local cjson = require("cjson")
 local ffi = require("ffi")
@@ -21,20 +36,6 @@ local tokenizer = require("glm53.engine.tokenizer")
 local core = require("glm53.ffi.core")
 local clock = require("glm53.util.clock")
 local file = require("glm53.util.file")
-
-local opts = { tokenizer = root .. "/.cache/tokenizers/qwen3.json", corpus = root .. "/.cache/bench/tokenizer_corpus.txt",
-               ["repeat"] = 3, threads = 0 }
-local i = 1
-while i <= #arg do
-    local k = arg[i]:match("^%-%-(.+)$")
-    if not k or opts[k] == nil or not arg[i + 1] then
-        io.stderr:write("usage: luajit scripts/bench_tokenizer.lua [--tokenizer FILE] [--corpus PATH] [--repeat N] " ..
-                        "[--threads N]\n")
-        os.exit(1)
-    end
-    opts[k] = type(opts[k]) == "number" and assert(tonumber(arg[i + 1])) or arg[i + 1]
-    i = i + 2
-end
 
 local function read(path) return assert(file.read_file(path)) end
 

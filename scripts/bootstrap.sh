@@ -10,6 +10,7 @@ packages=(
   luajit libluajit-5.1-dev luarocks         # the Lua package and its rockspec
   lua-cjson lua-luv lua-busted              # Lua JSON, event loop (server), Lua tests
   curl                                      # the client in the server's black-box tests
+  tmux                                      # a real terminal for the glm53 chat / generate tests
   lua-rex-pcre2                             # Python-compatible regexes for the eval tasks (evals/)
   libcmark0.30.2 libcmark-dev               # Markdown to HTML for eval and benchmark reports (FFI)
   chromium                                  # headless screenshots of the HTML reports in the tests

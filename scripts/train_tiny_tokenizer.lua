@@ -28,39 +28,34 @@ tokens.
 --config FILE also writes a transformers tokenizer_config.json (added tokens, eos/pad "<|endoftext|>") with the
 chat template read from --template FILE.
 ]]
-local root = arg[0]:match("^(.*)/scripts/[^/]*$") or "."
+local root = (arg[0]:match("^(.*)/[^/]*$") or ".") .. "/.."
 package.path = root .. "/lua/?.lua;" .. root .. "/lua/?/init.lua;" .. package.path
 
 local cjson = require("cjson")
+local cli = require("glm53.util.cli")
 local file = require("glm53.util.file")
 
-local positional, opt = {}, {}
-do
-    local i = 1
-    while i <= #arg do
-        local a = arg[i]
-        if a == "--merges" or a == "--config" or a == "--template" then
-            if not arg[i + 1] then error(a .. " needs a value") end
-            opt[a:sub(3)] = arg[i + 1]
-            i = i + 2
-        elseif a == "--split-digits" then
-            opt["split-digits"] = true
-            i = i + 1
-        elseif a:sub(1, 2) == "--" then
-            error("unknown option " .. a .. " (usage: [text] [out] [--merges N] [--split-digits] [--config FILE " ..
-                  "--template FILE])")
-        else
-            positional[#positional + 1] = a
-            i = i + 1
-        end
-    end
+local args = cli.parse_or_exit(arg, {
+    prog = "train_tiny_tokenizer.lua",
+    usage = "luajit scripts/train_tiny_tokenizer.lua [TEXT [OUT]] [options]",
+    summary = "Trains a small byte-level BPE tokenizer in GLM-5.3's layout from TEXT into OUT (defaults: " ..
+              "scripts/data/tiny_tokenizer_train.txt, models/tiny/tokenizer.json).",
+    options = {
+        { "merges", type = "integer", min = 1, default = 512, help = "BPE merges to learn" },
+        { "split_digits", flag = true, help = "never merge two digit strings (one token per digit)" },
+        { "config", metavar = "FILE", help = "also write a transformers tokenizer_config.json (needs --template)" },
+        { "template", metavar = "FILE", help = "the chat template file --config embeds" },
+    },
+    args = { { "text", metavar = "TEXT", optional = true }, { "out", metavar = "OUT", optional = true } },
+})
+local text_path = args.text or root .. "/scripts/data/tiny_tokenizer_train.txt"
+local out_path = args.out or root .. "/models/tiny/tokenizer.json"
+local N_MERGES = args.merges
+local SPLIT_DIGITS = args.split_digits == true
+if args.config and not args.template then
+    io.stderr:write("train_tiny_tokenizer.lua: --config needs --template (the chat template file)\n")
+    os.exit(2)
 end
-local text_path = positional[1] or root .. "/scripts/data/tiny_tokenizer_train.txt"
-local out_path = positional[2] or root .. "/models/tiny/tokenizer.json"
-local N_MERGES = tonumber(opt.merges or 512)
-assert(N_MERGES and N_MERGES >= 1 and N_MERGES == math.floor(N_MERGES), "--merges must be a positive integer")
-local SPLIT_DIGITS = opt["split-digits"] == true
-if opt.config and not opt.template then error("--config needs --template (the chat template file)") end
 
 local ADDED = {   -- GLM-5.3 ids 154820.. in order; the first 18 are special
     "<|endoftext|>", "[MASK]", "[gMASK]", "[sMASK]", "<sop>", "<eop>", "<|system|>", "<|user|>", "<|assistant|>",
@@ -287,8 +282,8 @@ io.stderr:write(("train_tiny_tokenizer.lua: %d base tokens + %d added -> %s (%d 
 ---------------------------------------------------------------------------------------------------------------
 -- tokenizer_config.json (transformers), with the chat template
 ---------------------------------------------------------------------------------------------------------------
-if opt.config then
-    local template = assert(file.read_file(opt.template))
+if args.config then
+    local template = assert(file.read_file(args.template))
     local c = {}
     local function cw(s) c[#c + 1] = s end
     cw('{\n  "added_tokens_decoder": {\n')
@@ -305,6 +300,6 @@ if opt.config then
     cw('  "padding_side": "left",\n')
     cw('  "remove_space": false,\n')
     cw('  "tokenizer_class": "PreTrainedTokenizerFast"\n}\n')
-    assert(file.write_file(opt.config, table.concat(c)))
-    io.stderr:write("train_tiny_tokenizer.lua: tokenizer config with the chat template -> " .. opt.config .. "\n")
+    assert(file.write_file(args.config, table.concat(c)))
+    io.stderr:write("train_tiny_tokenizer.lua: tokenizer config with the chat template -> " .. args.config .. "\n")
 end

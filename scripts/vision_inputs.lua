@@ -12,22 +12,23 @@ PIXELS.npy is float32 [patches, 1176] (rows in merge-block order, each (channel,
 order. --timestamps writes float64 [t]: the seconds of each frame pair (videos). Sources may also be data URLs.
 This contract is relied on by tests and by other checks; keep it.
 ]]
-local script = arg and arg[0] or "scripts/vision_inputs.lua"
-package.path = (script:match("^(.*)/[^/]*$") or ".") .. "/../lua/?.lua;" ..
-               (script:match("^(.*)/[^/]*$") or ".") .. "/../lua/?/init.lua;" .. package.path
+local dir = arg[0]:match("^(.*)/[^/]*$") or "."
+package.path = dir .. "/../lua/?.lua;" .. dir .. "/../lua/?/init.lua;" .. package.path
 
 local cli = require("glm53.util.cli")
-local args = cli.parse(arg, {
+local args = cli.parse_or_exit(arg, {
+    prog = "vision_inputs.lua",
     usage = "luajit scripts/vision_inputs.lua (--image PATH | --video PATH ...) --out PIXELS.npy --grid GRID.npy",
+    summary = "Writes the preprocessed pixels of an image or a video as transformers lays them out.",
     options = {
-        image = { metavar = "PATH", help = "an image (PNG, JPEG, BMP, GIF)" },
-        video = { list = true, metavar = "PATH", help = "video frames in order, or one animated GIF" },
-        fps = { type = "number", help = "frame rate of the --video frames (a GIF's own by default)" },
-        out = { required = true, metavar = "PIXELS.npy", help = "float32 [patches, 1176]" },
-        grid = { required = true, metavar = "GRID.npy", help = "int32 [1, 3]" },
-        timestamps = { metavar = "TS.npy", help = "float64 [t] frame-pair times (videos)" },
-        min_tokens = { type = "number", help = "token budget minimum (default 16)" },
-        max_tokens = { type = "number", help = "token budget maximum (default 8000 image, 240000 video)" },
+        { "image", metavar = "PATH", help = "an image (PNG, JPEG, BMP, GIF)" },
+        { "video", list = true, metavar = "PATH", help = "video frames in order, or one animated GIF" },
+        { "fps", type = "number", gt = 0, help = "frame rate of the --video frames (a GIF's own by default)" },
+        { "out", required = true, metavar = "PIXELS.npy", help = "float32 [patches, 1176]" },
+        { "grid", required = true, metavar = "GRID.npy", help = "int32 [1, 3]" },
+        { "timestamps", metavar = "TS.npy", help = "float64 [t] frame-pair times (videos)" },
+        { "min_tokens", type = "integer", min = 1, help = "token budget minimum (default 16)" },
+        { "max_tokens", type = "integer", min = 1, help = "token budget maximum (default 8000 image, 240000 video)" },
     },
 })
 

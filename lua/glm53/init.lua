@@ -19,11 +19,12 @@ Modules load on first use. The short names stand for these modules:
     glm53.chat        glm53.chat.template       the GLM-5.3 chat template
     glm53.json        glm53.chat.json           order-preserving, Python-compatible JSON
     glm53.npy         glm53.util.npy            NumPy .npy files
-    glm53.cli         glm53.util.cli            the scripts' argument parser
+    glm53.cli         glm53.util.cli            the argument parser of the glm53 command and the scripts
 
 Any other name n is looked up as the module "glm53.n" (a sub-package with an init.lua), and is nil when there
 is none. The rest is reached by its full name: glm53.ffi.*, glm53.chat.parsers, glm53.chat.pycompat,
-glm53.util.*, glm53.report.*.
+glm53.generation.defaults, glm53.util.*, glm53.report.*, and the commands of bin/glm53, glm53.cli.* (glm53.cli.main
+runs them).
 ]]
 local ALIASES = {
     model = "glm53.engine.model",

@@ -7,7 +7,7 @@ The policy runs a JSON prefix automaton over the decoded text. For each candidat
 out, and the pick is drawn from the rest, renormalised. No valid candidate ends the sequence with a reason.
 The state is three strings, so trying a candidate copies nothing.
 
-    luajit scripts/generate.lua --model models/tiny --tokens 1,2 --policy json --tokenizer models/tiny/tokenizer.json
+    bin/glm53 generate "Give me a JSON object." --policy json        (the checkpoint's tokenizer is passed along)
 opts: tokenizer (required: an object with :piece(id) and :is_special(id)).
 ]]
 local sampler = require("glm53.engine.sampler")
@@ -95,7 +95,7 @@ local function feed(mode, stack, aux, text)
 end
 
 local function new_policy(opts)
-    local tok = opts.tokenizer or error("json policy: needs a tokenizer (generate.lua: --tokenizer FILE)", 2)
+    local tok = opts.tokenizer or error("json policy: needs a tokenizer (glm53 generate passes the checkpoint's, or --tokenizer FILE)", 2)
     local mode, stack, aux = "value", "", ""
     local pieces = {}    -- id -> bytes, or false for special tokens and ids without a token
     local weights, index = {}, {}

@@ -5,7 +5,7 @@ Targets a constant surprise tau (in bits): drops candidates whose surprise -log2
 always stays), draws from the rest renormalised, then moves mu by eta times the gap between the drawn token's
 surprise (under the renormalised set) and tau. mu starts at 2 tau. One policy object per sequence: mu is state.
 
-    luajit scripts/generate.lua ... --policy mirostat_v2 --policy-opt tau=3 --policy-opt eta=0.1
+    bin/glm53 generate ... --policy mirostat_v2 --policy-opt tau=3 --policy-opt eta=0.1
 opts: tau (default 5), eta (default 0.1).
 ]]
 local sampler = require("glm53.engine.sampler")

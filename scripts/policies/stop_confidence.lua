@@ -2,10 +2,10 @@
 stop_confidence.lua - sample as the sampler's filters say, but stop generating once the model is unsure.
 
 Before each token it looks at the probability of the most likely candidate; below `threshold` (after
-`min_tokens` tokens) it ends the sequence instead of emitting a token (generate.lua reports the reason as the
+`min_tokens` tokens) it ends the sequence instead of emitting a token (glm53 generate reports the reason as the
 finish reason). Probabilities are the candidate set's, so they depend on temperature and the other filters.
 
-    luajit scripts/generate.lua ... --policy stop_confidence --policy-opt threshold=0.3
+    bin/glm53 generate ... --policy stop_confidence --policy-opt threshold=0.3
 opts: threshold (default 0.2), min_tokens (default 1).
 ]]
 local sampler = require("glm53.engine.sampler")

@@ -6,7 +6,7 @@ mass reaches `mass`, and draws among them. The entropy is that of the candidate 
 the sampler's filters, renormalised): give the sampler enough candidates (--policy-opt candidates is the
 sampler's option) for it to stand for the whole distribution.
 
-    luajit scripts/generate.lua ... --policy typical --policy-opt mass=0.9
+    bin/glm53 generate ... --policy typical --policy-opt mass=0.9
 opts: mass (default 0.95).
 ]]
 local sampler = require("glm53.engine.sampler")

@@ -43,6 +43,9 @@ local function run(seconds, body)
         ctx.server = server
         return server
     end
+    -- Timers count from the loop's clock, last updated when the loop last ran (maybe many seconds and spec files
+    -- ago): bring it to now, or the guard starts in the past and stops the loop at once.
+    uv.update_time()
     local guard = uv.new_timer()
     guard:start(seconds * 1000, 0, function() uv.stop() end)
     ctx.wrap(body)(ctx)

@@ -107,6 +107,14 @@ function M.run(cmd)
     return out, tonumber(out:match("rc=(%d+)%s*$"))
 end
 
+-- The standard output of a command line (stderr as the command redirects it), the pipe closed.
+function M.stdout_of(cmd)
+    local p = assert(io.popen(cmd))
+    local out = p:read("*a")
+    p:close()
+    return out
+end
+
 -- A fresh temporary directory.
 function M.tmpdir()
     local dir = os.tmpname()

@@ -45,9 +45,20 @@ Statistics per stream (s.stats) and for the driver (d.stats), with vLLM's names 
 
 A stream (d:add) has s.generated (ids), s.all (prompt and generated ids), s.stats, and, once done,
 s.finish_reason ("length", "stop" for a stop id, or the reason a policy gave); d:finish(s, reason) ends a stream
-between rounds (a stop string the caller found in its text). d:prefix(prompt) prefills a prompt
-once for several streams (d:add(prefix, ...) forks it): n samples of one prompt. Prefill feeds every prompt
-token but the last; the first round verifies from it, so every generated token comes from a verified row.
+between rounds (a stop string the caller found in its text, a client gone). d:prefix(prompt) prefills a prompt
+once for several streams (d:add(prefix, ...) forks it): n samples of one prompt. d:prefix(longer, {from = pre})
+takes over the cache of prefix pre for a prompt that starts like it (a conversation one turn later): only the
+positions after the common start are computed (pre.reused of the new prefix says how many were kept), truncating
+pre's cache when the prompts differ within its rollback window and prefilling afresh when they differ earlier.
+Prefill feeds every prompt token but the last; the first round verifies from it, so every generated token comes
+from a verified row.
+
+Prompts may carry embedding rows (images and videos: glm53.engine.vision): opts.embeddings (float* [n, hidden])
+and opts.use (uint8_t* [n]) of d:add and d:prefix replace the embedding of prompt row i where use[i] ~= 0, as
+batch:add_embedded does; the last prompt row must be a token. MTP drafting sees the placeholder token at those
+rows (their hidden states are the target's, which did see the image), which can only lower acceptance: the
+output is still exactly the target's. With opts.tokenizer, driver.new samples only ids below
+tokenizer:n_vocab() (the sampler's n_valid: the padded embedding rows past the vocabulary are never produced).
 
 k = 0 runs plain decoding through the same loop (no MTP work; any checkpoint). Argument errors raise; runtime
 failures (no MTP layer for k > 0, a NaN logit, a backend error) return nil, err, and leave the streams of a
@@ -115,7 +126,7 @@ end
 ---------------------------------------------------------------------------------------------------------------
 -- opts: k (drafts per round, default 1), sampling (sampler options; default greedy), policy (a Lua policy, see
 -- glm53.engine.sampler), draft (a draft policy), max_seqs (streams at once, default 1), chunk (prefill rows per step,
--- default 256).
+-- default 256), tokenizer (a glm53.engine.tokenizer: sampling.n_valid defaults to its n_vocab()).
 function M.new(m, opts)
     if type(m) ~= "table" or not m.vocab_size then error("driver.new: m must be a model", 2) end
     opts = opts or {}
@@ -131,6 +142,17 @@ function M.new(m, opts)
     end
     local sampling = opts.sampling or {}
     if type(sampling) ~= "table" then error("driver.new: sampling must be a table of sampler options", 2) end
+    local tok = opts.tokenizer
+    if tok ~= nil then
+        if type(tok) ~= "table" or type(tok.n_vocab) ~= "function" then
+            error("driver.new: tokenizer must be a glm53.engine.tokenizer object", 2)
+        end
+        if sampling.n_valid == nil then
+            local with_limit = { n_valid = math.min(tok:n_vocab(), m.vocab_size) }
+            for key, v in pairs(sampling) do with_limit[key] = v end
+            sampling = with_limit
+        end
+    end
     local max_seqs, chunk = opts.max_seqs or 1, opts.chunk or 256
     if max_seqs < 1 or chunk < 1 then error("driver.new: max_seqs and chunk must be >= 1", 2) end
 
@@ -147,12 +169,14 @@ function M.new(m, opts)
     probe:free()
 
     local V, D = m.vocab_size, m.hidden_size
+    -- ids a policy may pick: those the sampler may produce (its n_valid), every id without one
+    local n_valid = (sampling.n_valid or 0) > 0 and math.min(sampling.n_valid, V) or V
     local mtp_rows = math.max(max_seqs * (k + 1), chunk + 1)
     local self = setmetatable({
         m = m, k = k, n_mtp = n_mtp, layers_used = math.min(k, n_mtp),
         mode = policy and "policy" or (greedy and "greedy" or "sample"),
         sampling = sampling, policy = policy, draft = draft,
-        max_seqs = max_seqs, chunk = chunk, V = V, D = D,
+        max_seqs = max_seqs, chunk = chunk, V = V, D = D, n_valid = n_valid,
         streams = {},                 -- active streams, in add order
         stats = new_stats(k),
         vb = m:batch({ rows = max_seqs * (k + 1), seqs = max_seqs, outputs = max_seqs * (k + 1), hidden = k > 0 }),
@@ -220,16 +244,22 @@ end
 ---------------------------------------------------------------------------------------------------------------
 -- Prefill: the target takes every prompt token but the last, which stays pending (the first verification
 -- feeds it, so every generated token comes from a verified row). MTP layers follow chunk by chunk, one row
--- behind: the row of the newest position waits in s.hid for the token after it.
-function Driver:_prefill(s, prompt)
+-- behind: the row of the newest position waits in s.hid for the token after it. Positions before s.L are in
+-- the cache already (a prefix taken over by d:prefix(prompt, {from = ...})); media: embedding rows, or nil.
+function Driver:_prefill(s, prompt, media)
     local m, pb, D = self.m, self.pb, self.D
     local n_fill = #prompt - 1
-    local pos = 0
+    local pos = s.L
+    local outputs = self.k > 0 and "all" or "last"
     while pos < n_fill do
         local c = math.min(self.chunk, n_fill - pos)
         for j = 0, c - 1 do self.tok[j] = prompt[pos + j + 1] end
         pb:clear()
-        pb:add(s.seq, self.tok, self.k > 0 and "all" or "last", c)
+        if media then
+            pb:add_embedded(s.seq, self.tok, c, media.embeddings + pos * D, media.use + pos, outputs)
+        else
+            pb:add(s.seq, self.tok, outputs, c)
+        end
         local ok, err = m:step(pb)
         if not ok then return nil, err end
         s.L = s.L + c
@@ -251,14 +281,30 @@ function Driver:_prefill(s, prompt)
     return true
 end
 
-local function new_stream(self, prompt, capacity)
+-- A copy of the prompt's ids, checked (argument errors raise at the level of the driver method's caller).
+local function prompt_ids(self, prompt)
     local all = {}
     for i, id in ipairs(prompt) do
         if type(id) ~= "number" or id < 0 or id >= self.V or id ~= math.floor(id) then
-            error("driver: prompt token " .. i .. " (" .. tostring(id) .. ") is not an id in [0, " .. self.V .. ")", 3)
+            error("driver: prompt token " .. i .. " (" .. tostring(id) .. ") is not an id in [0, " .. self.V .. ")", 4)
         end
         all[i] = id
     end
+    return all
+end
+
+-- The embedding rows of opts (both or neither of embeddings and use), checked against a prompt of n rows.
+local function prompt_media(opts, n, what)
+    if opts.embeddings == nil and opts.use == nil then return nil end
+    if type(opts.embeddings) ~= "cdata" or type(opts.use) ~= "cdata" then
+        error(what .. ": opts.embeddings (float*) and opts.use (uint8_t*) come together", 3)
+    end
+    if opts.use[n - 1] ~= 0 then error(what .. ": the last prompt row must be a token, not an embedding row", 3) end
+    return { embeddings = opts.embeddings, use = opts.use }
+end
+
+local function new_stream(self, prompt, capacity)
+    local all = prompt_ids(self, prompt)
     local seq, err = self.m:seq({ max_tokens = capacity, max_rollback = self.k + 1 })
     if not seq then return nil, err end
     return setmetatable({
@@ -269,23 +315,65 @@ local function new_stream(self, prompt, capacity)
     }, Stream)
 end
 
+-- The cache of prefix `old`, taken over for `prompt`: a new prefix holding the positions both prompts share
+-- (old is left without a cache), or nil when it cannot be reused - the prompt needs more capacity, or differs
+-- further back than the cache can be rolled back (then old is unchanged).
+function Driver:_take_over(old, prompt, capacity)
+    if capacity > old.capacity then return nil end
+    local all = prompt_ids(self, prompt)
+    local n, limit = 0, math.min(old.L, #prompt - 1)
+    while n < limit and old.all[n + 1] == all[n + 1] do n = n + 1 end
+    local L, hid_n = old.L, old.hid_n
+    if n < L then
+        -- MTP layers hold the positions before L - hid_n; the target hiddens of the rest wait in hid. Keeping
+        -- n positions needs the hidden of position n - 1 to be one of those.
+        if self.k > 0 and n < L - hid_n + 1 then return nil end
+        if not old.seq:truncate(n) then return nil end   -- beyond the rollback window: nothing changed
+        if self.k > 0 then hid_n = n - (L - hid_n) end
+        L = n
+    end
+    local s = setmetatable({ driver = self, seq = old.seq, all = all, prompt_len = #prompt, capacity = old.capacity,
+                             L = L, hid = old.hid, hid_n = hid_n, is_prefix = true, reused = n }, Stream)
+    old.seq, old.hid = nil, nil
+    return s
+end
+
 -- A prefilled prompt that several streams can start from (d:add(prefix, ...) forks it): n samples of one
--- prompt, or a shared system prompt. max_new bounds the streams made from it.
+-- prompt, or a shared system prompt. opts: max_new (bounds the streams made from it; default 256), capacity
+-- (positions of its cache; default prompt + max_new + k + 1), from (a prefix whose cache to take over),
+-- embeddings and use (embedding rows). The prefix's `reused` is the number of positions taken over.
 function Driver:prefix(prompt, opts)
     if type(prompt) ~= "table" or #prompt < 1 then error("driver:prefix: prompt must be a non-empty array of ids", 2) end
     opts = opts or {}
     local max_new = opts.max_new or 256
-    local s, err = new_stream(self, prompt, #prompt + max_new + self.k + 1)
-    if not s then return nil, err end
-    s.is_prefix = true
+    local capacity = opts.capacity or #prompt + max_new + self.k + 1
+    if type(capacity) ~= "number" or capacity < #prompt + self.k + 1 then
+        error("driver:prefix: capacity must hold the prompt and at least one new token", 2)
+    end
+    local media = prompt_media(opts, #prompt, "driver:prefix")
+    local s, err
+    local from = opts.from
+    if from ~= nil then
+        if getmetatable(from) ~= Stream or not from.is_prefix or from.driver ~= self then
+            error("driver:prefix: opts.from must be a prefix of this driver", 2)
+        end
+        if not from.seq then error("driver:prefix: opts.from has no cache (freed, or taken over already)", 2) end
+        s = self:_take_over(from, prompt, capacity)
+    end
+    if not s then
+        s, err = new_stream(self, prompt, capacity)
+        if not s then return nil, err end
+        s.is_prefix, s.reused = true, 0
+    end
     local ok
-    ok, err = self:_prefill(s, prompt)
+    ok, err = self:_prefill(s, prompt, media)
     if not ok then s:free() return nil, err end
     return s
 end
 
 -- Starts a stream from a prompt (array of ids) or a prefix. opts: max_new (default 256), seed (of the stream's
--- sampler; default the driver's sampling.seed), stop_ids (array).
+-- sampler; default the driver's sampling.seed), stop_ids (array), embeddings and use (embedding rows of the
+-- prompt, as d:prefix).
 function Driver:add(prompt, opts)
     opts = opts or {}
     if #self.streams >= self.max_seqs then error("driver:add: at most " .. self.max_seqs .. " streams at once", 2) end
@@ -309,10 +397,11 @@ function Driver:add(prompt, opts)
         end
     else
         if type(prompt) ~= "table" or #prompt < 1 then error("driver:add: prompt must be a non-empty array of ids", 2) end
+        local media = prompt_media(opts, #prompt, "driver:add")
         s, err = new_stream(self, prompt, #prompt + max_new + self.k + 1)
         if not s then return nil, err end
         local ok
-        ok, err = self:_prefill(s, prompt)
+        ok, err = self:_prefill(s, prompt, media)
         if not ok then s:free() return nil, err end
     end
     local sopts = {}
@@ -523,7 +612,7 @@ function Driver:_accept(s, off)
             local cand
             cand, err = smp:candidates(row)
             if not cand then return nil, err end
-            tok, err = sampler_mod.call_policy(self.policy, cand, s.ctx, V)
+            tok, err = sampler_mod.call_policy(self.policy, cand, s.ctx, self.n_valid)
             if not tok then   -- the policy ends the stream
                 s.finish_reason = err
                 s.done = true
