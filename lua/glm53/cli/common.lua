@@ -67,7 +67,12 @@ function M.model_options()
         "Model:",
         { "model", metavar = "DIR", help = "checkpoint directory (default: the bundled models/" .. M.BUNDLED_MODEL .. ")" },
         { "device", default = "cpu", choices = { "cpu", "cuda" } },
-        { "threads", type = "integer", min = 0, default = 0, help = "CPU threads (0 = all cores)" },
+        { "threads", type = "integer", min = 0, default = 0, help = "CPU threads (0 = all cores; per rank with --tp/--ep)" },
+        { "tp", type = "integer", min = 1, default = 1,
+          help = "tensor-parallel ranks: attention heads and MLP widths split across them (docs/multi-gpu.md)" },
+        { "ep", type = "integer", min = 1, default = 1, help = "expert-parallel ranks: the routed experts split across them" },
+        { "communicator", default = "auto", choices = { "auto", "threads", "nccl" },
+          help = "how ranks sum their parts: threads (CPU), NCCL (CUDA); auto picks" },
     }
 end
 
@@ -108,7 +113,7 @@ end
 ---------------------------------------------------------------------------------------------------------------
 -- Loading
 ---------------------------------------------------------------------------------------------------------------
--- The model of args (--model, --device, --threads) with its tokenizer and defaults:
+-- The model of args (--model, --device, --threads, --tp, --ep, --communicator) with its tokenizer and defaults:
 -- { m, tok (nil when the checkpoint has none and no --tokenizer is given), dir, eos (ids), eos_source,
 --   n_valid (ids below it can be sampled: the tokenizer's vocabulary), sampling (generation_config defaults),
 --   t_load (seconds) }. opts.need_tokenizer fails without one; opts.load: extra model.load options.
@@ -127,7 +132,8 @@ function M.load(args, opts)
         cli.fail(dir .. ": not a checkpoint directory (no config.json)")
     end
     local t0 = clock.now()
-    local load_opts = { device = args.device, threads = args.threads }
+    local load_opts = { device = args.device, threads = args.threads, tp = args.tp, ep = args.ep,
+                        communicator = args.communicator }
     for k, v in pairs(opts.load or {}) do load_opts[k] = v end
     local m, err = model.load(dir, load_opts)
     if not m then cli.fail(err) end
