@@ -49,6 +49,8 @@ local args = cli.parse(arg, {
         spec_k = { type = "number", default = 0, help = "MTP drafts per step (0 = off)" },
         draft_threshold = { type = "number", help = "stop drafting below this draft probability" },
         stop_ids = { metavar = "IDS", help = "comma-separated ids that end generation" },
+        n_valid = { type = "number", help = "ids at or above N are never produced (default: the vocabulary of " ..
+                                             "DIR/tokenizer.json when there is one; else every id)" },
     },
 })
 
@@ -76,6 +78,19 @@ if args.spec_k < 0 or args.spec_k ~= math.floor(args.spec_k) then die("--spec-k 
 local m, err = model.load(args.model, { device = args.device, threads = args.threads })
 if not m then die(err) end
 
+-- The padded embedding rows past the tokenizer's vocabulary are never produced (the server samples the same way).
+local n_valid = args.n_valid
+if n_valid == nil then
+    local tokenizer = require("glm53.engine.tokenizer")
+    local path = args.tokenizer or (args.model .. "/tokenizer.json")
+    local f = io.open(path, "rb")
+    if f then
+        f:close()
+        local tok = tokenizer.load(path)
+        if tok then n_valid = math.min(tok:n_vocab(), m.vocab_size) tok:free() end
+    end
+end
+
 local policy
 if args.policy then
     if not args.policy:match("^[%w_]+$") then die("--policy: a name from scripts/policies, got '" .. args.policy .. "'") end
@@ -102,7 +117,7 @@ end
 local sampling = {
     temperature = args.temperature or (policy and 1 or 0), top_p = args.top_p, top_k = args.top_k,
     min_p = args.min_p, repetition_penalty = args.repetition_penalty, presence_penalty = args.presence_penalty,
-    frequency_penalty = args.frequency_penalty, seed = args.seed, candidates = args.candidates,
+    frequency_penalty = args.frequency_penalty, seed = args.seed, candidates = args.candidates, n_valid = n_valid,
 }
 local ok, driver, driver_err = pcall(generation.new, m, {
     k = args.spec_k, sampling = sampling, policy = policy,

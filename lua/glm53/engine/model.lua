@@ -20,7 +20,9 @@ Async steps run on the model's worker thread, so an event loop keeps running dur
     local tag = assert(m:submit(batch))               -- the batch stays untouched until its completion is taken
     local fd = m:completion_fd()                      -- readable while completions wait (luv: uv.new_poll(fd))
     local tag, ok, err = m:poll()                     -- nil when none waits; m:wait() blocks instead
-glm53.engine.async wraps this for luv: a callback per step.
+glm53.engine.async wraps this for luv: a callback per step. Loading itself can run off the loop too:
+
+    model.load_async(uv, "models/tiny", { threads = 2 }, function(m, err) ... end)   -- on a libuv pool thread
 ]]
 local core = require("glm53.ffi.core")
 local sequence = require("glm53.engine.seq")
@@ -38,12 +40,10 @@ local devices = { cpu = C.GLM53_DEVICE_CPU, cuda = C.GLM53_DEVICE_CUDA }
 -- opts: device ("cpu" | "cuda"), threads, cuda_device, load_mtp (default true), cache_bytes_max,
 -- activations ("f32" | "bf16"; default: the backend's, F32 on CPU and BF16 on CUDA), step_rows (most rows one
 -- pass of a step computes; 0 = the backend's default).
-function M.load(path, opts)
-    if type(path) ~= "string" then error("model.load: path must be a string", 2) end
-    opts = opts or {}
+local function load_params(opts, level)
     local p = C.glm53_model_default_params()
     if opts.device ~= nil then
-        p.device = devices[opts.device] or error("model.load: device must be 'cpu' or 'cuda'", 2)
+        p.device = devices[opts.device] or error("model.load: device must be 'cpu' or 'cuda'", level)
     end
     if opts.threads ~= nil then p.n_threads = opts.threads end
     if opts.cuda_device ~= nil then p.cuda_device = opts.cuda_device end
@@ -51,19 +51,21 @@ function M.load(path, opts)
     if opts.cache_bytes_max ~= nil then p.cache_bytes_max = opts.cache_bytes_max end
     if opts.activations ~= nil then
         p.activation_dtype = ({ f32 = C.GLM53_F32, bf16 = C.GLM53_BF16 })[opts.activations] or
-            error("model.load: activations must be 'f32' or 'bf16'", 2)
+            error("model.load: activations must be 'f32' or 'bf16'", level)
     end
     if opts.step_rows ~= nil then
         if type(opts.step_rows) ~= "number" or opts.step_rows < 0 or opts.step_rows % 1 ~= 0 then
-            error("model.load: step_rows must be an integer >= 0", 2)
+            error("model.load: step_rows must be an integer >= 0", level)
         end
         p.step_rows = opts.step_rows
     end
-    local out = ffi.new("glm53_model *[1]")
-    local ok, err = core.check(C.glm53_model_load(path, p, out))
-    if not ok then return nil, err end
+    return p
+end
+
+-- The Model object of a loaded handle.
+local function wrap(handle, path, opts)
     local self = setmetatable({
-        _h = ffi.gc(out[0], C.glm53_model_free), path = path,
+        _h = ffi.gc(handle, C.glm53_model_free), path = path,
         _pending = {}, _tag = 0, _completion = ffi.new("glm53_step_completion"),
     }, Model)
     self.config = C.glm53_model_config_get(self._h)
@@ -71,6 +73,52 @@ function M.load(path, opts)
     self.hidden_size = self.config.text.hidden_size
     self.device = opts.device or "cpu"
     return self
+end
+
+function M.load(path, opts)
+    if type(path) ~= "string" then error("model.load: path must be a string", 2) end
+    opts = opts or {}
+    local p = load_params(opts, 3)
+    local out = ffi.new("glm53_model *[1]")
+    local ok, err = core.check(C.glm53_model_load(path, p, out))
+    if not ok then return nil, err end
+    return wrap(out[0], path, opts)
+end
+
+-- The options load_async carries to the loading thread (luv passes numbers, strings and booleans only).
+local ASYNC_KEYS = { "device", "threads", "cuda_device", "load_mtp", "cache_bytes_max", "activations", "step_rows" }
+
+-- Runs on a libuv thread-pool thread, in that thread's own Lua state: loads the checkpoint and hands the handle
+-- back as an address (the state's ffi.gc must not own it). Exposed for load_async only.
+function M._load_in_thread(path, ...)
+    local opts = {}
+    for i, key in ipairs(ASYNC_KEYS) do opts[key] = select(i, ...) end
+    local p = load_params(opts, 2)
+    local out = ffi.new("glm53_model *[1]")
+    local ok, err = core.check(C.glm53_model_load(path, p, out))
+    if not ok then return nil, err end
+    return string.format("%.0f", tonumber(ffi.cast("uintptr_t", out[0])))
+end
+
+-- Loads on a libuv thread-pool thread, so an event loop keeps running meanwhile (a server answers /health with
+-- 503 during a long load): cb(model) or cb(nil, err) runs on the loop. Bad options raise here.
+function M.load_async(uv, path, opts, cb)
+    if type(uv) ~= "table" or type(uv.new_work) ~= "function" then error("model.load_async: uv must be luv", 2) end
+    if type(path) ~= "string" then error("model.load_async: path must be a string", 2) end
+    if type(cb) ~= "function" then error("model.load_async: cb must be a function", 2) end
+    opts = opts or {}
+    load_params(opts, 3)   -- argument errors raise on the caller's side
+    local args = {}
+    for i, key in ipairs(ASYNC_KEYS) do args[i] = opts[key] end
+    local work = uv.new_work(function(ppath, cpath, mpath, ...)
+        package.path, package.cpath = ppath, cpath
+        return require("glm53.engine.model")._load_in_thread(mpath, ...)
+    end, function(addr, err)
+        if not addr then return cb(nil, err) end
+        local handle = ffi.cast("glm53_model *", ffi.cast("uintptr_t", tonumber(addr)))
+        cb(wrap(handle, path, opts))
+    end)
+    uv.queue_work(work, package.path, package.cpath, path, unpack(args, 1, #ASYNC_KEYS))
 end
 
 local function model_handle(self)
