@@ -106,15 +106,16 @@ function M.strings(body, key)
     return out
 end
 
--- A list of token ids below n.
-function M.token_ids(body, key, n)
+-- A list of token ids below n; param names the request field in errors (default key).
+function M.token_ids(body, key, n, param)
+    param = param or key
     local v = M.array(body, key)
     if v == nil then return nil end
     local out = {}
     for i, id in ipairs(v) do
         if json.is_number_box(id) then id = json.tonumber(id) end
         if type(id) ~= "number" or id % 1 ~= 0 or id < 0 or id >= n then
-            M.fail(400, "'" .. key .. "[" .. (i - 1) .. "]' must be a token id in [0, " .. n .. ")", key)
+            M.fail(400, "'" .. param .. "[" .. (i - 1) .. "]' must be a token id in [0, " .. n .. ")", param)
         end
         out[i] = id
     end

@@ -198,7 +198,7 @@ local function completion_prompts(app, body)
             if x == "" then params.fail(400, where .. " must not be empty", "prompt") end
             return prompt.encode(app, x, "prompt"), x
         end
-        local ids = params.token_ids({ p = x }, "p", app.n_valid)
+        local ids = params.token_ids({ p = x }, "p", app.n_valid, "prompt")
         if not ids or #ids == 0 then params.fail(400, where .. " must be a string or a non-empty list of token ids",
                                                  "prompt") end
         return ids, nil

@@ -76,7 +76,7 @@ function Sched:_metrics(reg)
     end
     local mx = {}
     reg:gauge("vllm:num_requests_running", "Requests in the running batch.", function() return #self.jobs end)
-    reg:gauge("vllm:num_requests_waiting", "Requests waiting in the queue.", function() return #self.queue end)
+    reg:gauge("vllm:num_requests_waiting", "Requests waiting in the queue.", function() return self:waiting() end)
     mx.prompt = reg:counter("vllm:prompt_tokens_total", "Prompt tokens of admitted requests.")
     mx.generation = reg:counter("vllm:generation_tokens_total", "Generated tokens.")
     mx.success = reg:counter("vllm:request_success_total", "Finished requests by finish reason.")
@@ -185,7 +185,7 @@ function Sched:submit(req)
     if #req.choices > self.max_num_seqs then
         error("scheduler:submit: " .. #req.choices .. " choices exceed max_num_seqs " .. self.max_num_seqs, 2)
     end
-    if #self.queue >= self.max_queue then
+    if self:waiting() >= self.max_queue then
         if self.mx then self.mx.rejected:inc() end
         return nil, "queue full"
     end
@@ -367,8 +367,19 @@ function Job:end_choice(i, reason)
     if s and not s.done then self.sched.d:cancel(s, reason or "stop") end
 end
 
+-- Queued jobs that the next admission cannot take (those at the head that fit in the free slots will run at once).
+function Sched:waiting()
+    local free, n = self.max_num_seqs - self.d:active(), #self.queue
+    for _, job in ipairs(self.queue) do
+        free = free - #job.req.choices
+        if free < 0 then break end
+        n = n - 1
+    end
+    return n
+end
+
 -- Jobs waiting, and running.
-function Sched:counts() return #self.queue, #self.jobs end
+function Sched:counts() return self:waiting(), #self.jobs end
 
 -- Stops after the running jobs finish (queued jobs are still admitted). Closes the stepper once idle.
 function Sched:close()
