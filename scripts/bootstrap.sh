@@ -12,7 +12,12 @@ packages=(
   curl                                      # the client in the server's black-box tests
   lua-rex-pcre2                             # Python-compatible regexes for the eval tasks (evals/)
   clang libclang-rt-14-dev                  # libFuzzer and sanitizers for the loader fuzz target
+  chromium                                  # the chat page test (headless, through playwright-core)
 )
+# The server's client tests run the OpenAI / Anthropic npm clients on Node (20 or later): Debian's nodejs and npm
+# when no node is installed (a NodeSource node brings its own npm, which Debian's npm package would conflict with).
+command -v node >/dev/null || packages+=(nodejs)
+command -v npm >/dev/null || packages+=(npm)
 
 missing=()
 for p in "${packages[@]}"; do
