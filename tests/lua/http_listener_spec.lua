@@ -43,6 +43,9 @@ local function run(seconds, body)
         ctx.server = server
         return server
     end
+    -- The loop's clock only moves while it runs: after a long stretch without uv.run (other specs), timers would be
+    -- due at once.
+    uv.update_time()
     local guard = uv.new_timer()
     guard:start(seconds * 1000, 0, function() uv.stop() end)
     ctx.wrap(body)(ctx)

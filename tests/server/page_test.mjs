@@ -1,7 +1,7 @@
 // The chat page (GET /) in headless Chromium: load it, send a message, wait for the streamed answer, screenshot.
 //   node tests/server/page_test.mjs http://127.0.0.1:PORT out.png
 // Debian's chromium (/usr/bin/chromium) through playwright-core, with a fresh profile directory. Prints a JSON line
-// {"reasoning": ..., "content": ..., "meta": ..., "chunks": N} and exits 1 on failure.
+// RESULT {"reasoning": ..., "content": ..., "meta": ..., "chunks": N} and exits 1 on failure.
 import { chromium } from "playwright-core";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -45,7 +45,7 @@ try {
   await page.waitForTimeout(200);
   result.chunks = chunks;
   await page.screenshot({ path: out, fullPage: true });
-  console.log(JSON.stringify(result));
+  console.log("RESULT " + JSON.stringify(result));
   if (!(result.reasoning + result.content).length) throw new Error("no answer on the page");
 } catch (e) {
   console.error(e && e.stack || e);

@@ -108,6 +108,9 @@ function Sched:_new_driver()
         local co = coroutine.running()
         local tag, err = sched.stepper:step(batch, function(ok, e) sched:_resume(co, ok, e) end, mtp)
         if not tag then return nil, err end
+        -- While the worker computes, the loop hands out the previous round's tokens (detokenising, parsing,
+        -- encoding and writing them): that work overlaps the step instead of adding to it.
+        sched:_deliver()
         return coroutine.yield()
     end
     self.d = assert(driver.new(self.m, { k = self.spec_k, max_seqs = self.max_num_seqs, chunk = self.chunk,
@@ -147,18 +150,25 @@ function Sched:_kick()
     end)
 end
 
+-- A round's first step delivers the tokens of the round before (see the step function); what the last round
+-- committed is delivered here once no round follows.
 function Sched:_loop()
     while true do
         self:_admit()
         if self.d:active() == 0 then
-            if self.closed then return end
-            self.idle = true
-            coroutine.yield()
-            self.idle = false
+            self:_deliver()
+            if self.d:active() == 0 and #self.queue == 0 then
+                if self.closed then return end
+                self.idle = true
+                coroutine.yield()
+                self.idle = false
+            end
         else
             local n, err = self.d:round()
-            if not n then self:_fail_all(err) end
-            self:_deliver()
+            if not n then
+                self:_deliver()
+                self:_fail_all(err)
+            end
         end
     end
 end
@@ -286,6 +296,14 @@ end
 
 -- Hands every running job its new tokens and finished choices; retires finished jobs.
 function Sched:_deliver()
+    if self.delivering then return end
+    self.delivering = true
+    local ok, err = pcall(self._deliver_jobs, self)
+    self.delivering = false
+    if not ok then error(err, 0) end
+end
+
+function Sched:_deliver_jobs()
     local keep = {}
     local now = self.clock()
     for _, job in ipairs(self.jobs) do
