@@ -3,7 +3,8 @@
 bench.lua - the server's batching, liveness and prefix-cache figures (docs/server.md):
 
   1. throughput: generated tokens per second of one streaming request against --streams concurrent ones (greedy,
-     ignore_eos, --tokens each), best of --reps;
+     ignore_eos, --tokens each), best of --reps; next to it what the engine alone gains from batching, measured in
+     this process on the same checkpoint: the rows per second of a --streams-row decode step over a 1-row one;
   2. liveness: the slowest of /health probes (every 20 ms) while a --prefill-tokens-token prompt prefills;
   3. prefix cache: time to first token of a chat request with a --system-tokens-token system prompt, then of a
      second request sharing that system prompt with another user message; and /metrics' prefix-cache hits.
@@ -34,6 +35,40 @@ local args = cli.parse(arg, {
 local uv = require("luv")
 local cjson = require("cjson")
 local H = require("server_helpers")
+
+-- The engine's own batching: how many more rows per second a --streams-row decode step computes than a 1-row one.
+local function engine_batching()
+    local dir = "models/tiny"
+    for i, a in ipairs(args.server_arg) do if a == "--model" then dir = args.server_arg[i + 1] end end
+    local model = require("glm53.engine.model")
+    local m = assert(model.load(dir, {}))
+    local function step_time(n)
+        local seqs, b = {}, m:batch({ rows = math.max(n, 8), seqs = n })
+        for i = 1, n do
+            seqs[i] = assert(m:seq({ max_tokens = 512 }))
+            b:clear()
+            b:add(seqs[i], { 1, 2, 3, 4, 5, 6, 7, 8 })
+            assert(m:step(b))
+        end
+        local best = math.huge
+        for _ = 1, 5 do
+            local t0 = uv.hrtime()
+            for _ = 1, 40 do
+                b:clear()
+                for i = 1, n do b:add(seqs[i], { 5 }) end
+                assert(m:step(b))
+                for i = 1, n do assert(seqs[i]:truncate(seqs[i]:length() - 1)) end
+            end
+            best = math.min(best, (uv.hrtime() - t0) / 40 / 1e9)
+        end
+        for i = 1, n do seqs[i]:free() end
+        return best
+    end
+    local t1, tn = step_time(1), step_time(args.streams)
+    m:free()
+    return t1, tn, args.streams * t1 / tn
+end
+local step1, stepn, engine_gain = engine_batching()
 
 local srv = H.start(args.server_arg)
 uv.update_time()   -- timers count from now, not from when luv was loaded
@@ -141,12 +176,14 @@ srv.stop()
 
 local result = {
     one_stream_tok_s = one, streams = args.streams, many_streams_tok_s = many, speedup = many / one,
+    engine_step_1_ms = step1 * 1e3, engine_step_n_ms = stepn * 1e3, engine_batching = engine_gain,
     prefill_tokens = args.prefill_tokens, prefill_s = prefill_s, health_probes = probes, health_worst_ms = worst,
     system_tokens = sys_tokens, ttft_first_s = ttft_first, ttft_second_s = ttft_second,
     ttft_ratio = ttft_second / ttft_first, prefix_cache_hit_tokens = hits,
 }
-print(string.format("throughput    1 stream %.0f tok/s, %d streams %.0f tok/s: %.2fx", one, args.streams, many,
-                    result.speedup))
+print(string.format("throughput    1 stream %.0f tok/s, %d streams %.0f tok/s: %.2fx (the engine alone: a 1-row " ..
+                    "decode step %.3f ms, a %d-row one %.3f ms: %.2fx the rows per second)", one, args.streams, many,
+                    result.speedup, step1 * 1e3, args.streams, stepn * 1e3, engine_gain))
 print(string.format("liveness      %d-token prefill %.2f s: %d /health probes, slowest %.1f ms", args.prefill_tokens,
                     prefill_s, probes, worst))
 print(string.format("prefix cache  %d-token system prompt: TTFT %.3f s, then %.3f s with it cached (%.2f); " ..

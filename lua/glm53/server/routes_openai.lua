@@ -248,6 +248,7 @@ local function completions(req, res, app)
     local body = params.decode(req.body)
     M.check_model(app, body)
     local prompts = completion_prompts(app, body)
+    if params.value(body, "suffix") ~= nil then params.fail(400, "'suffix' is not supported", "suffix") end
     local echo = params.boolean(body, "echo", { default = false })
     local lp = params.integer(body, "logprobs", { min = 0, max = 20 })
     local plp = params.integer(body, "prompt_logprobs", { min = 0, max = 20 })
