@@ -129,22 +129,6 @@ function M.metric(text, name, label)
     return nil
 end
 
-local B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
-function M.base64(s)
-    local out = {}
-    for i = 1, #s, 3 do
-        local a, b, c = s:byte(i, i + 2)
-        local n = a * 65536 + (b or 0) * 256 + (c or 0)
-        for k = 3, 0, -1 do
-            local v = math.floor(n / 64 ^ k) % 64
-            out[#out + 1] = B64:sub(v + 1, v + 1)
-        end
-        if not c then out[#out] = "=" end
-        if not b then out[#out - 1] = "=" end
-    end
-    return table.concat(out)
-end
-
 function M.metrics(srv) return M.request(srv, "GET", "/metrics").body end
 
 -- Runs generate.lua with arguments; returns its JSON line.
@@ -184,6 +168,28 @@ function M.raw(port, method, path, body, on_data, on_end)
                     "Content-Length: " .. #body .. "\r\nConnection: close\r\n\r\n" .. body)
     end)
     return c
+end
+
+-- Sends `n` copies of a request at once (body: a table, or a function of i giving one) and runs the luv loop
+-- until every response has ended (or `seconds` pass); returns their HTTP statuses in arrival order.
+function M.concurrent(port, n, method, path, body, seconds)
+    uv.update_time()   -- the loop's clock is stale after blocking calls: timers would fire at once
+    local statuses, left = {}, n
+    local guard = uv.new_timer()
+    guard:start((seconds or 60) * 1000, 0, function() uv.stop() end)
+    for i = 1, n do
+        M.raw(port, method, path, type(body) == "function" and body(i) or body, nil, function(all)
+            statuses[#statuses + 1] = tonumber(all:match("^HTTP/1%.1 (%d+)")) or 0
+            left = left - 1
+            if left == 0 then uv.stop() end
+        end)
+    end
+    uv.run()
+    guard:close()
+    uv.walk(function(h) if not h:is_closing() then h:close() end end)
+    uv.run()
+    assert(left == 0, "requests still open after " .. (seconds or 60) .. " s")
+    return statuses
 end
 
 -- The body of a raw response, chunked encoding undone.

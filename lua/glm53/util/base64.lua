@@ -1,8 +1,10 @@
 --[[
-glm53.util.base64 - base64 decoding (standard and URL-safe alphabets; whitespace ignored; padding optional).
+glm53.util.base64 - base64 decoding (standard and URL-safe alphabets; whitespace ignored; padding optional) and
+encoding (standard alphabet, padded).
 
     local base64 = require("glm53.util.base64")
     local bytes, err = base64.decode("aGVsbG8=")     -- "hello"
+    local text = base64.encode("hello")              -- "aGVsbG8="
 
 Used for image data URLs and for the tokenizer CLI's raw-byte inputs. Argument errors raise; malformed input
 returns nil, err with the byte position.
@@ -11,10 +13,10 @@ local ffi = require("ffi")
 
 local M = {}
 
+local ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
 local value = {}
 do
-    local alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
-    for i = 1, 64 do value[alphabet:byte(i)] = i - 1 end
+    for i = 1, 64 do value[ALPHABET:byte(i)] = i - 1 end
     value[("-"):byte()] = 62   -- URL-safe alphabet
     value[("_"):byte()] = 63
 end
@@ -45,6 +47,20 @@ function M.decode(s)
         end
     end
     return ffi.string(out, k)
+end
+
+function M.encode(s)
+    if type(s) ~= "string" then error("base64.encode: expected a string", 2) end
+    local out = {}
+    for i = 1, #s, 3 do
+        local a, b, c = s:byte(i, i + 2)
+        local n = a * 65536 + (b or 0) * 256 + (c or 0)
+        for q = 3, 0, -1 do
+            local v = math.floor(n / 64 ^ q) % 64
+            out[#out + 1] = (q == 1 and not b or q == 0 and not c) and "=" or ALPHABET:sub(v + 1, v + 1)
+        end
+    end
+    return table.concat(out)
 end
 
 return M
