@@ -175,7 +175,6 @@ function M.generation(app, body, opts)
     g.stop_ids = stop_ids
     g.skip_special_tokens = M.boolean(body, "skip_special_tokens", { default = true })
     g.new_policy = app:resolve_policy(value(body, "policy"))
-    if g.new_policy and body.temperature == nil then s.temperature = 1 end
     g.k, g.new_draft = app:resolve_speculative(value(body, "speculative"))
     g.return_token_ids = M.boolean(body, "return_token_ids", { default = false })
     return g
