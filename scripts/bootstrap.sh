@@ -15,7 +15,12 @@ packages=(
   libcmark0.30.2 libcmark-dev               # Markdown to HTML for eval and benchmark reports (FFI)
   chromium                                  # headless screenshots of the HTML reports in the tests
   clang libclang-rt-14-dev                  # libFuzzer and sanitizers for the loader fuzz target
+  chromium                                  # the chat page test (headless, through playwright-core)
 )
+# The server's client tests run the OpenAI / Anthropic npm clients on Node (20 or later): Debian's nodejs and npm
+# when no node is installed (a NodeSource node brings its own npm, which Debian's npm package would conflict with).
+command -v node >/dev/null || packages+=(nodejs)
+command -v npm >/dev/null || packages+=(npm)
 
 missing=()
 for p in "${packages[@]}"; do

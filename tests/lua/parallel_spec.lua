@@ -1,5 +1,6 @@
--- Tensor and expert parallelism from Lua (docs/multi-gpu.md): the tp / ep / communicator options, what each rank
--- holds, and greedy generation, plain and with MTP drafts, token for token the one-rank model's. The logits
+-- Tensor and expert parallelism from Lua (docs/multi-gpu.md): the tp / ep / communicator options (of model.load and
+-- model.load_async), what each rank holds, and greedy generation, plain and with MTP drafts, token for token the
+-- one-rank model's. The logits
 -- themselves are compared to one rank in every mode by tests/c/test_parallel.c.
 local model = require("glm53.engine.model")
 local spec = require("glm53.generation.driver")
@@ -43,6 +44,21 @@ describe("tensor and expert parallel models", function()
         m, err = model.load(MODEL, { communicator = "nccl" })
         assert.is_nil(m)
         assert.matches("NCCL needs the CUDA backend", err)
+    end)
+
+    it("load on a thread (model.load_async, the server's) with the same options", function()
+        local uv = require("luv")
+        local loaded, refused
+        model.load_async(uv, MODEL, { threads = 1, tp = 2, ep = 2, communicator = "threads" },
+                         function(m) loaded = m end)
+        model.load_async(uv, MODEL, { tp = 3 }, function(m, err) refused = { m, err } end)
+        uv.run()
+        assert.equals(4, #loaded:ranks())
+        assert.equals(1, loaded:ranks()[4].ep_rank)
+        assert.is_nil(refused[1])
+        assert.matches("does not split across tp = 3", refused[2])
+        assert.are.same({ unpack(refs[1], 1, 8) }, h.greedy(loaded, prompts[1], 8))
+        loaded:free()
     end)
 
     for _, layout in ipairs(LAYOUTS) do

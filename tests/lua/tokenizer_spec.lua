@@ -197,19 +197,7 @@ describe("tokenizer: tiktoken rank files", function()
         local json_tok = assert(tokenizer.load(tokenizer_path("llama3")))
         local path = TOKDIR .. "/llama3.tiktoken"
         local lines, special = {}, {}
-        local alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
-        local function b64(s)
-            local out = {}
-            for k = 1, #s, 3 do
-                local a, b, c = s:byte(k, k + 2)
-                local n = a * 65536 + (b or 0) * 256 + (c or 0)
-                for q = 3, 0, -1 do
-                    local v = math.floor(n / 64 ^ q) % 64
-                    out[#out + 1] = (q == 1 and not b or q == 0 and not c) and "=" or alphabet:sub(v + 1, v + 1)
-                end
-            end
-            return table.concat(out)
-        end
+        local b64 = require("glm53.util.base64").encode
         for id = 0, json_tok:n_vocab() - 1 do
             if json_tok:is_added(id) then
                 special[json_tok:token_string(id)] = id

@@ -20,7 +20,9 @@ Async steps run on the model's worker thread, so an event loop keeps running dur
     local tag = assert(m:submit(batch))               -- the batch stays untouched until its completion is taken
     local fd = m:completion_fd()                      -- readable while completions wait (luv: uv.new_poll(fd))
     local tag, ok, err = m:poll()                     -- nil when none waits; m:wait() blocks instead
-glm53.engine.async wraps this for luv: a callback per step.
+glm53.engine.async wraps this for luv: a callback per step. Loading itself can run off the loop too:
+
+    model.load_async(uv, "models/tiny", { threads = 2 }, function(m, err) ... end)   -- on a libuv pool thread
 ]]
 local core = require("glm53.ffi.core")
 local sequence = require("glm53.engine.seq")
@@ -43,12 +45,10 @@ local communicators = {
 -- pass of a step computes; 0 = the backend's default), tp and ep (tensor and expert parallel ranks, default 1;
 -- docs/multi-gpu.md), communicator ("auto" | "threads" | "nccl"; default "auto": none for one rank, threads on
 -- the CPU, NCCL on CUDA).
-function M.load(path, opts)
-    if type(path) ~= "string" then error("model.load: path must be a string", 2) end
-    opts = opts or {}
+local function load_params(opts, level)
     local p = C.glm53_model_default_params()
     if opts.device ~= nil then
-        p.device = devices[opts.device] or error("model.load: device must be 'cpu' or 'cuda'", 2)
+        p.device = devices[opts.device] or error("model.load: device must be 'cpu' or 'cuda'", level)
     end
     if opts.threads ~= nil then p.n_threads = opts.threads end
     if opts.cuda_device ~= nil then p.cuda_device = opts.cuda_device end
@@ -56,27 +56,29 @@ function M.load(path, opts)
     if opts.cache_bytes_max ~= nil then p.cache_bytes_max = opts.cache_bytes_max end
     if opts.activations ~= nil then
         p.activation_dtype = ({ f32 = C.GLM53_F32, bf16 = C.GLM53_BF16 })[opts.activations] or
-            error("model.load: activations must be 'f32' or 'bf16'", 2)
+            error("model.load: activations must be 'f32' or 'bf16'", level)
     end
     for _, key in ipairs({ "step_rows", "tp", "ep" }) do
         local v = opts[key]
         if v ~= nil then
             local least = key == "step_rows" and 0 or 1
             if type(v) ~= "number" or v < least or v % 1 ~= 0 then
-                error(("model.load: %s must be an integer >= %d"):format(key, least), 2)
+                error(("model.load: %s must be an integer >= %d"):format(key, least), level)
             end
             p[key] = v
         end
     end
     if opts.communicator ~= nil then
         p.communicator = communicators[opts.communicator] or
-            error("model.load: communicator must be 'auto', 'threads' or 'nccl'", 2)
+            error("model.load: communicator must be 'auto', 'threads' or 'nccl'", level)
     end
-    local out = ffi.new("glm53_model *[1]")
-    local ok, err = core.check(C.glm53_model_load(path, p, out))
-    if not ok then return nil, err end
+    return p
+end
+
+-- The Model object of a loaded handle.
+local function wrap(handle, path, opts)
     local self = setmetatable({
-        _h = ffi.gc(out[0], C.glm53_model_free), path = path,
+        _h = ffi.gc(handle, C.glm53_model_free), path = path,
         _pending = {}, _tag = 0, _completion = ffi.new("glm53_step_completion"),
     }, Model)
     self.config = C.glm53_model_config_get(self._h)
@@ -84,6 +86,47 @@ function M.load(path, opts)
     self.hidden_size = self.config.text.hidden_size
     self.device = opts.device or "cpu"
     return self
+end
+
+function M.load(path, opts)
+    if type(path) ~= "string" then error("model.load: path must be a string", 2) end
+    opts = opts or {}
+    local p = load_params(opts, 3)
+    local out = ffi.new("glm53_model *[1]")
+    local ok, err = core.check(C.glm53_model_load(path, p, out))
+    if not ok then return nil, err end
+    return wrap(out[0], path, opts)
+end
+
+-- Runs on a libuv thread-pool thread, in that thread's own Lua state: loads the checkpoint with the
+-- glm53_model_params given as their bytes (luv carries strings, numbers and booleans, at most 10 arguments) and
+-- hands the handle back as an address (the state's ffi.gc must not own it). Exposed for load_async only.
+function M._load_in_thread(path, params_bytes)
+    local p = ffi.new("glm53_model_params")
+    ffi.copy(p, params_bytes, ffi.sizeof(p))
+    local out = ffi.new("glm53_model *[1]")
+    local ok, err = core.check(C.glm53_model_load(path, p, out))
+    if not ok then return nil, err end
+    return string.format("%.0f", tonumber(ffi.cast("uintptr_t", out[0])))
+end
+
+-- Loads on a libuv thread-pool thread, so an event loop keeps running meanwhile (a server answers /health with
+-- 503 during a long load): cb(model) or cb(nil, err) runs on the loop. Bad options raise here.
+function M.load_async(uv, path, opts, cb)
+    if type(uv) ~= "table" or type(uv.new_work) ~= "function" then error("model.load_async: uv must be luv", 2) end
+    if type(path) ~= "string" then error("model.load_async: path must be a string", 2) end
+    if type(cb) ~= "function" then error("model.load_async: cb must be a function", 2) end
+    opts = opts or {}
+    local p = load_params(opts, 3)   -- argument errors raise on the caller's side
+    local work = uv.new_work(function(ppath, cpath, mpath, params_bytes)
+        package.path, package.cpath = ppath, cpath
+        return require("glm53.engine.model")._load_in_thread(mpath, params_bytes)
+    end, function(addr, err)
+        if not addr then return cb(nil, err) end
+        local handle = ffi.cast("glm53_model *", ffi.cast("uintptr_t", tonumber(addr)))
+        cb(wrap(handle, path, opts))
+    end)
+    uv.queue_work(work, package.path, package.cpath, path, ffi.string(p, ffi.sizeof(p)))
 end
 
 local function model_handle(self)

@@ -44,21 +44,44 @@ Statistics per stream (s.stats) and for the driver (d.stats), with vLLM's names 
   two stats tables (over streams, drivers or repetitions).
 
 A stream (d:add) has s.generated (ids), s.all (prompt and generated ids), s.stats, and, once done,
-s.finish_reason ("length", "stop" for a stop id, or the reason a policy gave); d:finish(s, reason) ends a stream
-between rounds (a stop string the caller found in its text, a client gone). d:prefix(prompt) prefills a prompt
-once for several streams (d:add(prefix, ...) forks it): n samples of one prompt. d:prefix(longer, {from = pre})
-takes over the cache of prefix pre for a prompt that starts like it (a conversation one turn later): only the
-positions after the common start are computed (pre.reused of the new prefix says how many were kept), truncating
-pre's cache when the prompts differ within its rollback window and prefilling afresh when they differ earlier.
-Prefill feeds every prompt token but the last; the first round verifies from it, so every generated token comes
-from a verified row.
+s.finish_reason ("length", "stop" for a stop id, "error" for a sequence that could not be made (s.error says
+why), or the reason a policy gave). d:finish(s, reason) ends a stream before the driver would (a stop string the
+caller found in its text, a client gone): between rounds at once; during a round (from a step function's
+callback) its rows of that round are dropped and its sequence is freed when the round ends. Prefill feeds every
+prompt token but the last; the first round verifies from it, so every generated token comes from a verified row.
+
+Prefixes. d:prefix(prompt) prefills a prompt once for several streams (d:add(prefix, ...) forks it): n samples of
+one prompt. d:prefix(longer, {from = pre}) takes over the cache of prefix pre for a prompt that starts like it (a
+conversation one turn later): only the positions after the common start are computed (pre.reused of the new
+prefix says how many were kept), truncating pre's cache when the prompts differ within its rollback window and
+prefilling afresh when they differ earlier. d:snapshot(s) keeps the first s.L tokens of a stream as a prefix.
+d:add(prompt, {prefix = pre}) starts a stream whose prompt starts with pre's tokens from a fork of pre (at its
+length; the rest of the prompt is prefilled).
+
+Each stream may carry its own sampling options, policy, draft policy and depth (d:add opts sampling, policy,
+draft, k <= the driver's k); the driver's are the defaults. Streams of every kind share each round's steps. With
+opts.tokenizer, driver.new samples only ids below tokenizer:n_vocab() (the sampling option n_valid, also the
+default of streams with their own sampling options: the padded embedding rows past the vocabulary are never
+produced, and policies never see them).
 
 Prompts may carry embedding rows (images and videos: glm53.engine.vision): opts.embeddings (float* [n, hidden])
 and opts.use (uint8_t* [n]) of d:add and d:prefix replace the embedding of prompt row i where use[i] ~= 0, as
 batch:add_embedded does; the last prompt row must be a token. MTP drafting sees the placeholder token at those
 rows (their hidden states are the target's, which did see the image), which can only lower acceptance: the
-output is still exactly the target's. With opts.tokenizer, driver.new samples only ids below
-tokenizer:n_vocab() (the sampler's n_valid: the padded embedding rows past the vocabulary are never produced).
+output is still exactly the target's.
+
+Serving (a luv loop; glm53.server.scheduler):
+  - opts.step(batch, mtp_opts) runs every step instead of Model:step / Model:mtp_step (mtp_opts = {mtp_layer,
+    hidden_in} for an MTP step, nil otherwise) and returns ok, err: a server submits the step to the model's
+    worker and yields its coroutine until the completion (glm53.engine.async), so the loop keeps serving.
+  - opts.prefill = "rounds": d:add only queues the stream; the round creates its sequence (between steps), and
+    each round's target step carries one prefill chunk of the oldest prefilling stream next to the decode rows
+    of the others (chunked prefill that never stalls decoding). Streams may then stop a chunk at opts.boundary
+    and call opts.on_boundary(s) there (where d:snapshot(s) keeps a prefix), and ask for logprobs
+    (opts.logprobs = N top alternatives per generated token, s.logprobs[i] = {logprob, top = {{id, logprob},
+    ...}}) and prompt logprobs (opts.prompt_logprobs = N, s.prompt_logprobs[i] for prompt token i > 1).
+    Logprobs are the model's raw log-softmax at temperature 1 over the ids below the sampling option n_valid
+    (vLLM's default, raw_logprobs). d:prefix (synchronous) is for the default prefill = "sync".
 
 k = 0 runs plain decoding through the same loop (no MTP work; any checkpoint). Argument errors raise; runtime
 failures (no MTP layer for k > 0, a NaN logit, a backend error) return nil, err, and leave the streams of a
@@ -67,6 +90,7 @@ failed round unusable: free the driver.
 local core = require("glm53.ffi.core")
 local sampler_mod = require("glm53.engine.sampler")
 local ffi, C = core.ffi, core.C
+local log = math.log
 
 local M = {}
 
@@ -74,6 +98,9 @@ local M = {}
 -- verifier the draft row's unfiltered softmax as q while the draft is still drawn from the filtered q - the
 -- classic "filters skipped on the draft" bug, which the distribution test must catch.
 M._testing = { unfiltered_draft_q = false }
+
+-- Most alternatives a logprobs request may ask for per token (OpenAI's top_logprobs limit).
+M.MAX_LOGPROBS = 20
 
 local Driver = {}
 Driver.__index = Driver
@@ -90,8 +117,8 @@ local function new_stats(k)
     }
 end
 
--- Adds the counters of stats table `from` into `into` (both from drivers of the same k): totals over streams,
--- drivers or repetitions.
+-- Adds the counters of stats table `from` into `into` (from a driver of the same or a smaller k): totals over
+-- streams, drivers or repetitions.
 function M.add_stats(into, from)
     for key, v in pairs(from) do
         if type(v) == "table" then
@@ -121,25 +148,45 @@ function M.draft_threshold(t)
     return function(_, _, _, prob) return prob >= t end
 end
 
+local function check_policy(policy, where)
+    if policy ~= nil and type(policy) ~= "function" and not (type(policy) == "table" and policy.pick) then
+        error(where .. ": policy must be a function or a table with :pick", 3)
+    end
+end
+
+local function check_draft(draft, where)
+    if draft ~= nil and type(draft) ~= "function" and type(draft) ~= "table" then
+        error(where .. ": draft must be a function or a table with :keep", 3)
+    end
+end
+
+-- A sampler for a stream's options; bad options raise at the caller's caller (sampler.new's message).
+local function make_sampler(V, sampling, where)
+    local made, s = pcall(sampler_mod.new, V, sampling)
+    if not made then error(where .. ": " .. tostring(s):gsub("^[^:]*:%d+: ", ""), 3) end
+    return s
+end
+
+-- The ids a policy may pick under sampling options: those the sampler may produce (its n_valid), else every id.
+local function valid_ids(sampling, V)
+    return (sampling.n_valid or 0) > 0 and math.min(sampling.n_valid, V) or V
+end
+
 ---------------------------------------------------------------------------------------------------------------
 -- Driver
 ---------------------------------------------------------------------------------------------------------------
--- opts: k (drafts per round, default 1), sampling (sampler options; default greedy), policy (a Lua policy, see
--- glm53.engine.sampler), draft (a draft policy), max_seqs (streams at once, default 1), chunk (prefill rows per step,
--- default 256), tokenizer (a glm53.engine.tokenizer: sampling.n_valid defaults to its n_vocab()).
+-- opts: k (most drafts per round, default 1), sampling (sampler options; default greedy), policy (a Lua policy,
+-- see glm53.engine.sampler), draft (a draft policy) - the defaults of every stream -, max_seqs (streams at
+-- once, default 1), chunk (prefill rows per step, default 256), tokenizer (a glm53.engine.tokenizer:
+-- sampling.n_valid defaults to its n_vocab()), prefill ("sync", default: d:add prefills at once; "rounds":
+-- prefill chunks ride in the rounds), step (function(batch, mtp_opts) -> ok, err: runs every step).
 function M.new(m, opts)
     if type(m) ~= "table" or not m.vocab_size then error("driver.new: m must be a model", 2) end
     opts = opts or {}
     local k = opts.k or 1
     if type(k) ~= "number" or k < 0 or k ~= math.floor(k) then error("driver.new: k must be an integer >= 0", 2) end
-    local draft = opts.draft
-    if draft ~= nil and type(draft) ~= "function" and type(draft) ~= "table" then
-        error("driver.new: draft must be a function or a table with :keep", 2)
-    end
-    local policy = opts.policy
-    if policy ~= nil and type(policy) ~= "function" and not (type(policy) == "table" and policy.pick) then
-        error("driver.new: policy must be a function or a table with :pick", 2)
-    end
+    check_draft(opts.draft, "driver.new")
+    check_policy(opts.policy, "driver.new")
     local sampling = opts.sampling or {}
     if type(sampling) ~= "table" then error("driver.new: sampling must be a table of sampler options", 2) end
     local tok = opts.tokenizer
@@ -155,6 +202,9 @@ function M.new(m, opts)
     end
     local max_seqs, chunk = opts.max_seqs or 1, opts.chunk or 256
     if max_seqs < 1 or chunk < 1 then error("driver.new: max_seqs and chunk must be >= 1", 2) end
+    local prefill = opts.prefill or "sync"
+    if prefill ~= "sync" and prefill ~= "rounds" then error("driver.new: prefill must be 'sync' or 'rounds'", 2) end
+    if opts.step ~= nil and type(opts.step) ~= "function" then error("driver.new: step must be a function", 2) end
 
     local n_mtp = m:n_mtp()
     if k > 0 and n_mtp == 0 then
@@ -163,29 +213,29 @@ function M.new(m, opts)
                     m.config.text.num_nextn_predict_layers .. ", or it was loaded with load_mtp = false)"
     end
     -- Validate the sampling options once, by making (and dropping) a sampler.
-    local made, probe = pcall(sampler_mod.new, m.vocab_size, sampling)
-    if not made then error("driver.new: " .. tostring(probe):gsub("^[^:]*:%d+: ", ""), 2) end
-    local greedy = probe:greedy()
+    local probe = make_sampler(m.vocab_size, sampling, "driver.new")
     probe:free()
 
     local V, D = m.vocab_size, m.hidden_size
-    -- ids a policy may pick: those the sampler may produce (its n_valid), every id without one
-    local n_valid = (sampling.n_valid or 0) > 0 and math.min(sampling.n_valid, V) or V
-    local mtp_rows = math.max(max_seqs * (k + 1), chunk + 1)
+    local rounds = prefill == "rounds"
+    local decode_rows = max_seqs * (k + 1)
+    -- In rounds mode the target step also carries a prefill chunk, all of whose rows may be outputs (hidden
+    -- states for the MTP layers, logits for prompt logprobs).
+    local vb_rows = decode_rows + (rounds and chunk or 0)
+    local mtp_rows = math.max(decode_rows, chunk + 1)
     local self = setmetatable({
-        m = m, k = k, n_mtp = n_mtp, layers_used = math.min(k, n_mtp),
-        mode = policy and "policy" or (greedy and "greedy" or "sample"),
-        sampling = sampling, policy = policy, draft = draft,
-        max_seqs = max_seqs, chunk = chunk, V = V, D = D, n_valid = n_valid,
+        m = m, k = k, n_mtp = n_mtp, sampling = sampling, policy = opts.policy, draft = opts.draft,
+        max_seqs = max_seqs, chunk = chunk, V = V, D = D, rounds = rounds, step_fn = opts.step,
         streams = {},                 -- active streams, in add order
         stats = new_stats(k),
-        vb = m:batch({ rows = max_seqs * (k + 1), seqs = max_seqs, outputs = max_seqs * (k + 1), hidden = k > 0 }),
-        -- Prefill only needs the hidden states that feed the MTP layers (no logits: the last prompt token is
-        -- verified by the first round).
-        pb = m:batch({ rows = chunk, seqs = 1, outputs = k > 0 and chunk or 1, hidden = k > 0, logits = false }),
+        vb = m:batch({ rows = vb_rows, seqs = max_seqs, outputs = vb_rows, hidden = k > 0 }),
+        -- Synchronous prefill only needs the hidden states that feed the MTP layers (no logits: the last prompt
+        -- token is verified by the first round).
+        pb = not rounds and m:batch({ rows = chunk, seqs = 1, outputs = k > 0 and chunk or 1, hidden = k > 0,
+                                      logits = false }) or nil,
         db = k > 0 and m:batch({ rows = mtp_rows, seqs = max_seqs, outputs = max_seqs, hidden = true }) or nil,
         hin = k > 0 and ffi.new("float[?]", mtp_rows * D) or nil,   -- MTP hidden input, batch row order
-        tok = ffi.new("int32_t[?]", math.max(mtp_rows, max_seqs * (k + 1), chunk)),
+        tok = ffi.new("int32_t[?]", math.max(mtp_rows, vb_rows)),
         pbuf = ffi.new("float[?]", V),                               -- target distribution of one row
         conf = ffi.new("float[?]", V),                               -- draft confidence (greedy, policy)
     }, Driver)
@@ -199,14 +249,25 @@ function Driver:free()
     for _, s in ipairs(self.streams) do s:free() end
     self.streams = {}
     if self.raw then self.raw:free() end
+    if self.lp_sampler then self.lp_sampler:free() end
 end
 
--- Active streams.
+-- Active streams (queued, prefilling and decoding).
 function Driver:active() return #self.streams end
 
+function Driver:_step(batch)
+    if self.step_fn then return self.step_fn(batch) end
+    return self.m:step(batch)
+end
+
+function Driver:_mtp_step(batch, layer, hin)
+    if self.step_fn then return self.step_fn(batch, { mtp_layer = layer, hidden_in = hin }) end
+    return self.m:mtp_step(batch, layer, hin)
+end
+
 -- Every used MTP layer of s must hold exactly `want` positions (the rows about to be fed start there).
-local function mtp_check(s, want, layers)
-    for l = 0, layers - 1 do
+local function mtp_check(s, want)
+    for l = 0, s.layers - 1 do
         local have = s.seq:mtp_length(l)
         if have ~= want then
             error(string.format("driver: MTP layer %d holds %d positions, expected %d (internal bookkeeping)", l, have,
@@ -215,26 +276,158 @@ local function mtp_check(s, want, layers)
     end
 end
 
--- Runs every used MTP layer over the rows already in self.hin: for list[i] (a stream or a prefix), counts[i] rows
--- at MTP positions first[i] .. first[i] + counts[i] - 1, each with the token after it (x_{p+1} = all[p + 2]).
--- Layer 0 runs last, so its outputs (the row that predicts draft 1) stay in self.db.
+-- Runs the used MTP layers over the rows already in self.hin: for list[i] (a stream or a prefix; the list in
+-- decreasing order of layers used), counts[i] rows at MTP positions first[i] .. first[i] + counts[i] - 1, each
+-- with the token after it (x_{p+1} = all[p + 2]). Layer l takes the streams that use it, a prefix of the list,
+-- so their rows are a prefix of self.hin. Layer 0 runs last, so its outputs (the rows that predict draft 1) stay
+-- in self.db, one per stream in list order.
 function Driver:_catch_up(list, first, counts)
     local db, tok = self.db, self.tok
-    for i, s in ipairs(list) do mtp_check(s, first[i], self.layers_used) end
-    for l = self.layers_used - 1, 0, -1 do
+    for i, s in ipairs(list) do mtp_check(s, first[i]) end
+    for l = list[1].layers - 1, 0, -1 do
         db:clear()
         local base = 0
         for i, s in ipairs(list) do
+            if s.layers <= l then break end
             local n = counts[i]
             for j = 0, n - 1 do tok[base + j] = s.all[first[i] + j + 2] end
             db:add(s.seq, tok + base, "last", n)
             base = base + n
         end
-        local ok, err = self.m:mtp_step(db, l, self.hin)
+        local ok, err = self:_mtp_step(db, l, self.hin)
         if not ok then return nil, err end
         for i, s in ipairs(list) do
+            if s.layers <= l then break end
             if s.stats then s.stats.mtp_rows = s.stats.mtp_rows + counts[i] end
         end
+    end
+    return true
+end
+
+-- The raw log-softmax (temperature 1, ids below n_valid) of a logits row: the logprob of `id` and, with top > 0,
+-- the `top` most likely ids with theirs. -inf (a masked id) is reported as -9999, as vLLM does.
+function Driver:_logprob(row, id, top)
+    local lp = self.lp_sampler
+    local p = assert(lp:probs(row, self.lpbuf))
+    local function lg(x) return x > 0 and log(x) or -9999.0 end
+    local e = { logprob = lg(p[id]) }
+    if top > 0 then
+        local cand = assert(lp:candidates(row, top))
+        local t = {}
+        for j = 0, cand.n - 1 do t[j + 1] = { cand.ids[j], lg(p[cand.ids[j]]) } end
+        e.top = t
+    end
+    return e
+end
+
+---------------------------------------------------------------------------------------------------------------
+-- Ending streams
+---------------------------------------------------------------------------------------------------------------
+-- Drops done streams from the active set: their statistics go into the driver's totals, their caches are freed.
+function Driver:_retire()
+    local keep = {}
+    for _, s in ipairs(self.streams) do
+        if s.done then
+            if s.prefix then   -- never started: release its hold on the prefix
+                s.prefix.pins = s.prefix.pins - 1
+                s.prefix = nil
+            end
+            M.add_stats(self.stats, s.stats)
+            s:free()
+        else
+            keep[#keep + 1] = s
+        end
+    end
+    self.streams = keep
+end
+
+-- Ends an active stream before the driver would (a stop string found in its text, a client gone): s.done,
+-- s.finish_reason = reason (default "stop"); s.generated keeps what was committed. Between rounds it leaves the
+-- active set at once (its statistics go into the driver's totals, its caches are freed); during a round (a step
+-- function's callback) the round drops its rows and retires it at the end.
+function Driver:finish(s, reason)
+    if getmetatable(s) ~= Stream or s.driver ~= self or s.is_prefix then
+        error("driver:finish: not a stream of this driver", 2)
+    end
+    local active = false
+    for _, a in ipairs(self.streams) do active = active or a == s end
+    if not active or s.done then error("driver:finish: the stream is not active", 2) end
+    s.done, s.finish_reason = true, reason or "stop"
+    if not self.in_round then self:_retire() end
+end
+
+function Stream:free()
+    if self.seq then self.seq:free() self.seq = nil end
+    if self.sampler then self.sampler:free() self.sampler = nil end
+end
+
+---------------------------------------------------------------------------------------------------------------
+-- Prefill
+---------------------------------------------------------------------------------------------------------------
+-- Prefill feeds every prompt token but the last, which stays pending (the first verification feeds it, so every
+-- generated token comes out of a verified row). MTP layers follow chunk by chunk, one row behind: the row of the
+-- newest position waits in s.hid for the token after it. Positions before s.L are in the cache already (a fork of
+-- a prefix, or a prefix taken over).
+
+-- Adds the next c prompt rows of s (from position s.L) to batch b, their ids at self.tok[base ..].
+function Driver:_add_chunk(b, s, c, base)
+    for j = 0, c - 1 do self.tok[base + j] = s.all[s.L + j + 1] end
+    local outputs = (s.k > 0 or s.prompt_logprobs) and "all" or "last"
+    local media = s.media
+    if media then
+        b:add_embedded(s.seq, self.tok + base, c, media.embeddings + s.L * self.D, media.use + s.L, outputs)
+    else
+        b:add(s.seq, self.tok + base, outputs, c)
+    end
+end
+
+-- After the step that ran those c rows (outputs from b's row out0 on): the target length, prompt logprobs, the
+-- MTP catch-up over the chunk, the boundary hook, and the move to decoding once the prompt is in.
+function Driver:_chunk_done(s, b, out0, c)
+    local D = self.D
+    local pos = s.L
+    s.L = s.L + c
+    if s.prompt_logprobs then
+        for j = 0, c - 1 do
+            s.prompt_logprobs[pos + j + 2] = self:_logprob(b:logits(out0 + j), s.all[pos + j + 2], s.prompt_top)
+        end
+    end
+    if s.k > 0 then
+        -- hin = [pending row (if any); chunk rows 0 .. c-2] at positions [pos - hid_n, pos + c - 2]; the chunk's
+        -- last row becomes the pending one.
+        local n_ready = s.hid_n + c - 1
+        if s.hid_n > 0 then ffi.copy(self.hin, s.hid, s.hid_n * D * 4) end
+        if c > 1 then ffi.copy(self.hin + s.hid_n * D, b:hidden(out0), (c - 1) * D * 4) end
+        if n_ready > 0 then
+            local ok, err = self:_catch_up({ s }, { pos - s.hid_n }, { n_ready })
+            if not ok then return nil, err end
+        end
+        ffi.copy(s.hid, b:hidden(out0 + c - 1), D * 4)
+        s.hid_n = 1
+    end
+    if s.L == s.n_fill then self:_ready(s) end
+    if s.on_boundary and s.L == s.boundary then s.on_boundary(s) end
+    return true
+end
+
+-- The prompt is in: the stream decodes from the next round (or is done at once when it wants no tokens).
+function Driver:_ready(s)
+    s.state = "decode"
+    s.media = nil   -- the caller's embedding rows are not read again
+    if s.max_new == 0 then s.finish_reason, s.done = "length", true end
+end
+
+-- Synchronous prefill, chunk by chunk in steps of its own.
+function Driver:_prefill(s)
+    local pb = self.pb
+    while s.L < s.n_fill do
+        local c = math.min(self.chunk, s.n_fill - s.L)
+        pb:clear()
+        self:_add_chunk(pb, s, c, 0)
+        local ok, err = self:_step(pb)
+        if not ok then return nil, err end
+        ok, err = self:_chunk_done(s, pb, 0, c)
+        if not ok then return nil, err end
     end
     return true
 end
@@ -242,57 +435,6 @@ end
 ---------------------------------------------------------------------------------------------------------------
 -- Streams and prefixes
 ---------------------------------------------------------------------------------------------------------------
--- Prefill: the target takes every prompt token but the last, which stays pending (the first verification
--- feeds it, so every generated token comes from a verified row). MTP layers follow chunk by chunk, one row
--- behind: the row of the newest position waits in s.hid for the token after it. Positions before s.L are in
--- the cache already (a prefix taken over by d:prefix(prompt, {from = ...})); media: embedding rows, or nil.
-function Driver:_prefill(s, prompt, media)
-    local m, pb, D = self.m, self.pb, self.D
-    local n_fill = #prompt - 1
-    local pos = s.L
-    local outputs = self.k > 0 and "all" or "last"
-    while pos < n_fill do
-        local c = math.min(self.chunk, n_fill - pos)
-        for j = 0, c - 1 do self.tok[j] = prompt[pos + j + 1] end
-        pb:clear()
-        if media then
-            pb:add_embedded(s.seq, self.tok, c, media.embeddings + pos * D, media.use + pos, outputs)
-        else
-            pb:add(s.seq, self.tok, outputs, c)
-        end
-        local ok, err = m:step(pb)
-        if not ok then return nil, err end
-        s.L = s.L + c
-        if self.k > 0 then
-            -- hin = [pending row (if any); chunk rows 0 .. c-2] at positions [pos - hid_n, pos + c - 2]; the
-            -- chunk's last row becomes the pending one.
-            local n_ready = s.hid_n + c - 1
-            if s.hid_n > 0 then ffi.copy(self.hin, s.hid, s.hid_n * D * 4) end
-            ffi.copy(self.hin + s.hid_n * D, pb:hidden(0), (c - 1) * D * 4)
-            if n_ready > 0 then
-                ok, err = self:_catch_up({ s }, { pos - s.hid_n }, { n_ready })
-                if not ok then return nil, err end
-            end
-            ffi.copy(s.hid, pb:hidden(c - 1), D * 4)
-            s.hid_n = 1
-        end
-        pos = pos + c
-    end
-    return true
-end
-
--- A copy of the prompt's ids, checked (argument errors raise at the level of the driver method's caller).
-local function prompt_ids(self, prompt)
-    local all = {}
-    for i, id in ipairs(prompt) do
-        if type(id) ~= "number" or id < 0 or id >= self.V or id ~= math.floor(id) then
-            error("driver: prompt token " .. i .. " (" .. tostring(id) .. ") is not an id in [0, " .. self.V .. ")", 4)
-        end
-        all[i] = id
-    end
-    return all
-end
-
 -- The embedding rows of opts (both or neither of embeddings and use), checked against a prompt of n rows.
 local function prompt_media(opts, n, what)
     if opts.embeddings == nil and opts.use == nil then return nil end
@@ -303,37 +445,70 @@ local function prompt_media(opts, n, what)
     return { embeddings = opts.embeddings, use = opts.use }
 end
 
-local function new_stream(self, prompt, capacity)
-    local all = prompt_ids(self, prompt)
-    local seq, err = self.m:seq({ max_tokens = capacity, max_rollback = self.k + 1 })
-    if not seq then return nil, err end
+-- A stream object for prompt (before its sequence exists). k: its drafts per round.
+local function new_stream(self, prompt, k, capacity)
+    local all = {}
+    for i, id in ipairs(prompt) do
+        if type(id) ~= "number" or id < 0 or id >= self.V or id ~= math.floor(id) then
+            error("driver: prompt token " .. i .. " (" .. tostring(id) .. ") is not an id in [0, " .. self.V .. ")", 3)
+        end
+        all[i] = id
+    end
     return setmetatable({
-        driver = self, seq = seq, all = all, prompt_len = #prompt, capacity = capacity,
+        driver = self, all = all, prompt_len = #prompt, capacity = capacity, k = k,
+        layers = math.min(k, self.n_mtp),        -- MTP layers this stream keeps in step
+        n_fill = #prompt - 1,                     -- target rows prefill feeds
         L = 0,                                    -- target length: every committed token but the pending last
-        hid = self.k > 0 and ffi.new("float[?]", (self.k + 1) * self.D) or nil,
+        hid = k > 0 and ffi.new("float[?]", (self.k + 1) * self.D) or nil,
         hid_n = 0,                                -- rows of hid: target hiddens of positions [L - hid_n, L - 1]
+        state = "new",                            -- "new" (no sequence yet), "prefill", "decode"
     }, Stream)
 end
 
--- The cache of prefix `old`, taken over for `prompt`: a new prefix holding the positions both prompts share
--- (old is left without a cache), or nil when it cannot be reused - the prompt needs more capacity, or differs
--- further back than the cache can be rolled back (then old is unchanged).
+-- Makes the stream's sequence: a fork of its prefix at the prefix's length, or a new one. Returns true or nil, err.
+function Driver:_start(s)
+    local seq, err
+    local pre = s.prefix
+    if pre then
+        if pre.seq == nil then return nil, "driver: the prefix was freed before the stream started" end
+        seq, err = pre.seq:fork(pre.L)
+        pre.pins = pre.pins - 1
+        s.prefix = nil
+        if seq then
+            s.L = pre.L
+            if s.k > 0 and pre.hid_n > 0 then
+                ffi.copy(s.hid, pre.hid, pre.hid_n * self.D * 4)
+                s.hid_n = pre.hid_n
+            end
+        end
+    else
+        seq, err = self.m:seq({ max_tokens = s.capacity, max_rollback = self.k + 1 })
+    end
+    if not seq then return nil, err end
+    s.seq = seq
+    if s.L < s.n_fill then s.state = "prefill" else self:_ready(s) end
+    return true
+end
+
+-- A prefix of `prompt` holding the cache of prefix `old` (old is left without a cache), or nil when it cannot be
+-- reused - the prompt needs more capacity than old's cache has, or differs further back than the cache can be
+-- rolled back (then old is unchanged).
 function Driver:_take_over(old, prompt, capacity)
     if capacity > old.capacity then return nil end
-    local all = prompt_ids(self, prompt)
-    local n, limit = 0, math.min(old.L, #prompt - 1)
-    while n < limit and old.all[n + 1] == all[n + 1] do n = n + 1 end
+    local s = new_stream(self, prompt, old.k, old.capacity)
+    local n, limit = 0, math.min(old.L, s.n_fill)
+    while n < limit and old.all[n + 1] == s.all[n + 1] do n = n + 1 end
     local L, hid_n = old.L, old.hid_n
     if n < L then
         -- MTP layers hold the positions before L - hid_n; the target hiddens of the rest wait in hid. Keeping
         -- n positions needs the hidden of position n - 1 to be one of those.
-        if self.k > 0 and n < L - hid_n + 1 then return nil end
+        if s.k > 0 and n < L - hid_n + 1 then return nil end
         if not old.seq:truncate(n) then return nil end   -- beyond the rollback window: nothing changed
-        if self.k > 0 then hid_n = n - (L - hid_n) end
+        if s.k > 0 then hid_n = n - (L - hid_n) end
         L = n
     end
-    local s = setmetatable({ driver = self, seq = old.seq, all = all, prompt_len = #prompt, capacity = old.capacity,
-                             L = L, hid = old.hid, hid_n = hid_n, is_prefix = true, reused = n }, Stream)
+    s.seq, s.L, s.hid, s.hid_n, s.reused = old.seq, L, old.hid, hid_n, n
+    s.state = L < s.n_fill and "prefill" or "decode"
     old.seq, old.hid = nil, nil
     return s
 end
@@ -341,9 +516,11 @@ end
 -- A prefilled prompt that several streams can start from (d:add(prefix, ...) forks it): n samples of one
 -- prompt, or a shared system prompt. opts: max_new (bounds the streams made from it; default 256), capacity
 -- (positions of its cache; default prompt + max_new + k + 1), from (a prefix whose cache to take over),
--- embeddings and use (embedding rows). The prefix's `reused` is the number of positions taken over.
+-- embeddings and use (embedding rows). The prefix's `reused` is the number of positions taken over. Synchronous
+-- (prefill = "sync").
 function Driver:prefix(prompt, opts)
     if type(prompt) ~= "table" or #prompt < 1 then error("driver:prefix: prompt must be a non-empty array of ids", 2) end
+    if self.rounds then error("driver:prefix: a rounds-mode driver keeps prefixes with d:snapshot", 2) end
     opts = opts or {}
     local max_new = opts.max_new or 256
     local capacity = opts.capacity or #prompt + max_new + self.k + 1
@@ -351,7 +528,7 @@ function Driver:prefix(prompt, opts)
         error("driver:prefix: capacity must hold the prompt and at least one new token", 2)
     end
     local media = prompt_media(opts, #prompt, "driver:prefix")
-    local s, err
+    local s, ok, err
     local from = opts.from
     if from ~= nil then
         if getmetatable(from) ~= Stream or not from.is_prefix or from.driver ~= self then
@@ -361,70 +538,135 @@ function Driver:prefix(prompt, opts)
         s = self:_take_over(from, prompt, capacity)
     end
     if not s then
-        s, err = new_stream(self, prompt, capacity)
-        if not s then return nil, err end
-        s.is_prefix, s.reused = true, 0
+        s = new_stream(self, prompt, self.k, capacity)
+        s.reused = 0
+        ok, err = self:_start(s)
+        if not ok then return nil, err end
     end
-    local ok
-    ok, err = self:_prefill(s, prompt, media)
+    s.is_prefix, s.pins, s.media = true, 0, media
+    ok, err = self:_prefill(s)
+    s.media = nil
     if not ok then s:free() return nil, err end
     return s
 end
 
--- Starts a stream from a prompt (array of ids) or a prefix. opts: max_new (default 256), seed (of the stream's
--- sampler; default the driver's sampling.seed), stop_ids (array), embeddings and use (embedding rows of the
--- prompt, as d:prefix).
+-- A prefix holding the first s.L tokens of stream s (its sequence forked, the pending MTP rows copied), for
+-- d:add(prompt, {prefix = ...}). Call it between steps: from on_boundary, or between rounds.
+function Driver:snapshot(s)
+    if not s.seq then error("driver:snapshot: the stream has no sequence", 2) end
+    local seq, err = s.seq:fork(s.L)
+    if not seq then return nil, err end
+    local all = {}
+    for i = 1, s.L do all[i] = s.all[i] end
+    local pre = new_stream(self, all, s.k, s.capacity)
+    pre.is_prefix, pre.pins, pre.seq, pre.L = true, 0, seq, s.L
+    if s.k > 0 and s.hid_n > 0 then
+        ffi.copy(pre.hid, s.hid, s.hid_n * self.D * 4)
+        pre.hid_n = s.hid_n
+    end
+    return pre
+end
+
+-- Stream options a caller may set per stream (d:add).
+local ADD_KEYS = { max_new = true, seed = true, stop_ids = true, sampling = true, policy = true, draft = true,
+                   k = true, capacity = true, prefix = true, boundary = true, on_boundary = true, logprobs = true,
+                   prompt_logprobs = true, embeddings = true, use = true }
+
+-- Starts a stream from a prompt (array of ids) or a prefix. opts: max_new (default 256; 0 with prefill =
+-- "rounds": prompt logprobs only), seed (of the stream's sampler; default the sampling seed), stop_ids (array),
+-- sampling, policy, draft, k (per stream; default the driver's), capacity (tokens its sequence reserves;
+-- default prompt + max_new + k + 1), prefix, embeddings and use (embedding rows of the prompt, as d:prefix); and
+-- with prefill = "rounds" boundary, on_boundary, logprobs and prompt_logprobs (see the header).
 function Driver:add(prompt, opts)
     opts = opts or {}
+    for key in pairs(opts) do
+        if not ADD_KEYS[key] then error("driver:add: unknown option '" .. tostring(key) .. "'", 2) end
+    end
     if #self.streams >= self.max_seqs then error("driver:add: at most " .. self.max_seqs .. " streams at once", 2) end
     local max_new = opts.max_new or 256
-    if type(max_new) ~= "number" or max_new < 1 then error("driver:add: max_new must be >= 1", 2) end
-    local s, err
-    if getmetatable(prompt) == Stream and prompt.is_prefix then
-        local pre = prompt
+    if type(max_new) ~= "number" or max_new < (self.rounds and 0 or 1) or max_new % 1 ~= 0 then
+        error("driver:add: max_new must be an integer >= " .. (self.rounds and 0 or 1), 2)
+    end
+    local k = opts.k or self.k
+    if type(k) ~= "number" or k < 0 or k > self.k or k % 1 ~= 0 then
+        error("driver:add: k must be an integer in [0, " .. self.k .. "]", 2)
+    end
+    check_policy(opts.policy, "driver:add")
+    check_draft(opts.draft, "driver:add")
+    if not self.rounds then
+        for _, key in ipairs({ "boundary", "on_boundary", "logprobs", "prompt_logprobs" }) do
+            if opts[key] ~= nil then error("driver:add: " .. key .. " needs a driver made with prefill = 'rounds'", 2) end
+        end
+    end
+    local pre = opts.prefix
+    if getmetatable(prompt) == Stream and prompt.is_prefix then pre, prompt = prompt, prompt.all end
+    if type(prompt) ~= "table" or #prompt < 1 then error("driver:add: prompt must be a non-empty array of ids", 2) end
+    local capacity = opts.capacity or #prompt + max_new + k + 1
+    if pre then
+        if getmetatable(pre) ~= Stream or not pre.is_prefix then error("driver:add: prefix must be a prefix", 2) end
         if pre.driver ~= self then error("driver:add: the prefix belongs to another driver", 2) end
-        if pre.prompt_len + max_new + self.k + 1 > pre.capacity then
+        if pre.seq == nil then error("driver:add: the prefix was freed", 2) end
+        if pre.L > #prompt - 1 then error("driver:add: the prefix is not shorter than the prompt", 2) end
+        for i = 1, pre.L do
+            if pre.all[i] ~= prompt[i] then error("driver:add: the prompt does not start with the prefix", 2) end
+        end
+        if k > 0 and pre.layers < math.min(k, self.n_mtp) then
+            error("driver:add: the prefix was made without the MTP layers this stream drafts with", 2)
+        end
+        capacity = pre.capacity
+        if #prompt + max_new + k + 1 > capacity then
             error("driver:add: max_new " .. max_new .. " exceeds what the prefix was made for", 2)
         end
-        s = setmetatable({ driver = self, prompt_len = pre.prompt_len, capacity = pre.capacity, L = pre.L,
-                           hid_n = pre.hid_n, all = {} }, Stream)
-        for i = 1, pre.prompt_len do s.all[i] = pre.all[i] end
-        s.seq, err = pre.seq:fork()
-        if not s.seq then return nil, err end
-        if self.k > 0 then
-            s.hid = ffi.new("float[?]", (self.k + 1) * self.D)
-            ffi.copy(s.hid, pre.hid, pre.hid_n * self.D * 4)
-        end
-    else
-        if type(prompt) ~= "table" or #prompt < 1 then error("driver:add: prompt must be a non-empty array of ids", 2) end
-        local media = prompt_media(opts, #prompt, "driver:add")
-        s, err = new_stream(self, prompt, #prompt + max_new + self.k + 1)
-        if not s then return nil, err end
-        local ok
-        ok, err = self:_prefill(s, prompt, media)
-        if not ok then s:free() return nil, err end
     end
-    local sopts = {}
-    for key, v in pairs(self.sampling) do sopts[key] = v end
-    if opts.seed ~= nil then sopts.seed = opts.seed end
-    s.sampler = sampler_mod.new(self.V, sopts)
-    s.sampler:add_prompt(s.all)
+    local media = prompt_media(opts, #prompt, "driver:add")
+
+    local s = new_stream(self, prompt, k, capacity)
     s.max_new = max_new
     s.generated = {}
     s.stop = {}
     for _, id in ipairs(opts.stop_ids or {}) do s.stop[id] = true end
-    s.stats = new_stats(self.k)
+    s.stats = new_stats(k)
     s.drafts = {}
-    s.q = self.mode == "sample" and self.k > 0 and ffi.new("float[?]", self.k * self.V) or nil
+    s.policy = opts.policy or self.policy
+    s.draft = opts.draft
+    if s.draft == nil then s.draft = self.draft end
+    local sopts = {}
+    for key, v in pairs(opts.sampling or self.sampling) do sopts[key] = v end
+    if opts.seed ~= nil then sopts.seed = opts.seed end
+    if sopts.n_valid == nil then sopts.n_valid = self.sampling.n_valid end
+    s.sampler = make_sampler(self.V, sopts, "driver:add")
+    s.sampler:add_prompt(s.all)
+    s.n_valid = valid_ids(sopts, self.V)
+    s.mode = s.policy and "policy" or (s.sampler:greedy() and "greedy" or "sample")
+    s.q = s.mode == "sample" and k > 0 and ffi.new("float[?]", k * self.V) or nil
     s.ctx = { stream = s, tokens = s.all, generated = s.generated, sampler = s.sampler, drafts = s.drafts }
     s.done = false
+    s.boundary, s.on_boundary = opts.boundary, opts.on_boundary
+    s.media = media
+    for _, key in ipairs({ "logprobs", "prompt_logprobs" }) do
+        local n = opts[key]
+        if n ~= nil and (type(n) ~= "number" or n < 0 or n > M.MAX_LOGPROBS or n % 1 ~= 0) then
+            error("driver:add: " .. key .. " must be an integer in [0, " .. M.MAX_LOGPROBS .. "]", 2)
+        end
+    end
+    if (opts.logprobs or opts.prompt_logprobs) and not self.lp_sampler then
+        self.lp_sampler = sampler_mod.new(self.V, { temperature = 1, n_valid = self.sampling.n_valid,
+                                                    candidates = M.MAX_LOGPROBS })
+        self.lpbuf = ffi.new("float[?]", self.V)
+    end
+    if opts.logprobs then s.logprobs, s.top = {}, opts.logprobs end
+    if opts.prompt_logprobs then s.prompt_logprobs, s.prompt_top = {}, opts.prompt_logprobs end
+    if pre then
+        s.prefix = pre
+        pre.pins = pre.pins + 1
+    end
+    if not self.rounds then
+        local ok, err = self:_start(s)
+        if ok then ok, err = self:_prefill(s) end
+        if not ok then s:free() return nil, err end
+    end
     self.streams[#self.streams + 1] = s
     return s
-end
-
-function Stream:free()
-    if self.seq then self.seq:free() self.seq = nil end
-    if self.sampler then self.sampler:free() self.sampler = nil end
 end
 
 ---------------------------------------------------------------------------------------------------------------
@@ -434,7 +676,7 @@ end
 -- Sampling mode writes that distribution to row depth of s.q, which the verifier reads.
 function Driver:_propose(s, depth, logits, want_prob)
     local smp = s.sampler
-    if self.mode == "sample" then
+    if s.mode == "sample" then
         local q = s.q + (depth - 1) * self.V
         local ok, err = smp:probs(logits, q)
         if not ok then return nil, err end
@@ -450,7 +692,7 @@ function Driver:_propose(s, depth, logits, want_prob)
     end
     -- Greedy and policy modes draft the argmax of the filtered distribution.
     local x, err
-    if self.mode == "greedy" then
+    if s.mode == "greedy" then
         x, err = smp:sample(logits)
         if not x then return nil, err end
         if not want_prob then return x, 1 end
@@ -469,9 +711,9 @@ end
 
 -- How many drafts a stream may propose this round.
 function Driver:_depth(s)
-    local k = math.min(self.k, s.max_new - #s.generated)   -- a round commits at most what is still wanted
+    local k = math.min(s.k, s.max_new - #s.generated)   -- a round commits at most what is still wanted
     if s.hid_n == 0 then k = 0 end   -- a one-token prompt: nothing to draft from until the first verification
-    local draft = self.draft
+    local draft = s.draft
     if k > 0 and type(draft) == "table" and draft.depth then
         local want = draft:depth(s.ctx)
         if type(want) ~= "number" then error("driver: draft:depth must return a number", 3) end
@@ -481,7 +723,7 @@ function Driver:_depth(s)
 end
 
 function Driver:_keep(s, depth, token, prob)
-    local draft = self.draft
+    local draft = s.draft
     local keep, repl
     if type(draft) == "function" then keep, repl = draft(s.ctx, depth, token, prob)
     else keep, repl = draft:keep(s.ctx, depth, token, prob) end
@@ -498,15 +740,22 @@ function Driver:_draft(list)
     for _, s in ipairs(list) do
         s.n_drafts = 0
         for i = #s.drafts, 1, -1 do s.drafts[i] = nil end
-        if s.hid_n > 0 then
-            catch[#catch + 1] = s
-            first[#first + 1] = s.L - s.hid_n
-            counts[#counts + 1] = s.hid_n
-            ffi.copy(self.hin + base * D, s.hid, s.hid_n * D * 4)
-            base = base + s.hid_n
-        end
+        if s.hid_n > 0 then catch[#catch + 1] = s end
     end
     if #catch == 0 then return true end
+    -- Streams that keep more MTP layers first: each layer's catch-up takes a prefix of the list (_catch_up).
+    if self.n_mtp > 1 then
+        for i, s in ipairs(catch) do s._order = i end
+        table.sort(catch, function(a, b)
+            if a.layers ~= b.layers then return a.layers > b.layers end
+            return a._order < b._order
+        end)
+    end
+    for i, s in ipairs(catch) do
+        first[i], counts[i] = s.L - s.hid_n, s.hid_n
+        ffi.copy(self.hin + base * D, s.hid, s.hid_n * D * 4)
+        base = base + s.hid_n
+    end
     local ok, err = self:_catch_up(catch, first, counts)
     if not ok then return nil, err end
     for _, s in ipairs(catch) do s.hid_n = 0 end
@@ -516,17 +765,16 @@ function Driver:_draft(list)
     for i, s in ipairs(catch) do
         if s.k_round > 0 then drafting[#drafting + 1] = s; rows[s] = i - 1 end
     end
-    local want_prob = self.draft ~= nil
     local db = self.db
     local depth = 1
     while #drafting > 0 do
         local next_list = {}
         for _, s in ipairs(drafting) do
             local j = rows[s]
-            local x, prob = self:_propose(s, depth, db:logits(j), want_prob)
+            local x, prob = self:_propose(s, depth, db:logits(j), s.draft ~= nil)
             if not x then return nil, prob end
             local keep, repl = true, nil
-            if self.draft then keep, repl = self:_keep(s, depth, x, prob) end
+            if s.draft then keep, repl = self:_keep(s, depth, x, prob) end
             if keep then
                 if repl then
                     x = repl
@@ -554,7 +802,7 @@ function Driver:_draft(list)
             rows[s] = r - 1
             s.stats.mtp_rows = s.stats.mtp_rows + 1
         end
-        ok, err = self.m:mtp_step(db, depth % self.n_mtp, self.hin)
+        ok, err = self:_mtp_step(db, depth % self.n_mtp, self.hin)
         if not ok then return nil, err end
         drafting = next_list
         depth = depth + 1
@@ -562,7 +810,7 @@ function Driver:_draft(list)
     -- The chain rows were speculative: drop them from every MTP cache, and the drafts from the penalty history.
     for _, s in ipairs(catch) do
         s.sampler:rewind(s.n_drafts)
-        for l = 0, self.layers_used - 1 do
+        for l = 0, s.layers - 1 do
             ok, err = s.seq:mtp_truncate(l, s.L)
             if not ok then return nil, err end
         end
@@ -589,11 +837,11 @@ function Driver:_accept(s, off)
         local draft = i < k and s.drafts[i + 1] or nil
         local tok, err
         local stands = false
-        if self.mode == "greedy" then
+        if s.mode == "greedy" then
             tok, err = smp:sample(row)
             if not tok then return nil, err end
             stands = tok == draft
-        elseif self.mode == "sample" then
+        elseif s.mode == "sample" then
             local p
             p, err = smp:probs(row, self.pbuf)
             if not p then return nil, err end
@@ -612,7 +860,7 @@ function Driver:_accept(s, off)
             local cand
             cand, err = smp:candidates(row)
             if not cand then return nil, err end
-            tok, err = sampler_mod.call_policy(self.policy, cand, s.ctx, self.n_valid)
+            tok, err = sampler_mod.call_policy(s.policy, cand, s.ctx, s.n_valid)
             if not tok then   -- the policy ends the stream
                 s.finish_reason = err
                 s.done = true
@@ -620,6 +868,7 @@ function Driver:_accept(s, off)
             end
             stands = tok == draft
         end
+        if s.logprobs then s.logprobs[#s.logprobs + 1] = self:_logprob(row, tok, s.top) end
         committed = committed + 1
         if stands then accepted = accepted + 1 end
         if commit(s, tok) then s.done = true break end
@@ -628,11 +877,32 @@ function Driver:_accept(s, off)
     return committed, accepted
 end
 
--- Runs one round over every active stream. Returns the number of tokens committed, or nil, err.
+-- Runs one round over every active stream (in rounds mode also starting queued streams and feeding one prefill
+-- chunk). Returns the number of tokens committed, or nil, err.
 function Driver:round()
-    local list = self.streams
-    if #list == 0 then return 0 end
-    for _, s in ipairs(list) do s.k_round = self.k > 0 and self:_depth(s) or 0 end
+    self.in_round = true
+    local total, err = self:_round()
+    self.in_round = false
+    self:_retire()
+    return total, err
+end
+
+function Driver:_round()
+    for _, s in ipairs(self.streams) do
+        if s.state == "new" and not s.done then
+            local ok, err = self:_start(s)
+            if not ok then s.finish_reason, s.error, s.done = "error", err, true end
+        end
+    end
+    local list, pre = {}, nil
+    for _, s in ipairs(self.streams) do
+        if not s.done then
+            if s.state == "decode" then list[#list + 1] = s
+            elseif s.state == "prefill" and not pre then pre = s end
+        end
+    end
+    if #list == 0 and not pre then return 0 end
+    for _, s in ipairs(list) do s.k_round = s.k > 0 and self:_depth(s) or 0 end
     if self.k > 0 then
         local ok, err = self:_draft(list)
         if not ok then return nil, err end
@@ -640,7 +910,8 @@ function Driver:round()
         for _, s in ipairs(list) do s.n_drafts = 0 end
     end
 
-    -- Phase 2: one target step, rows [pending token, drafts...] per stream, every row's outputs.
+    -- Phase 2: one target step, rows [pending token, drafts...] per stream, every row's outputs; in rounds mode
+    -- a prefill chunk after them.
     local vb, tok = self.vb, self.tok
     vb:clear()
     local base = 0
@@ -650,74 +921,65 @@ function Driver:round()
         vb:add(s.seq, tok + base, "all", s.n_drafts + 1)
         base = base + s.n_drafts + 1
     end
-    local ok, err = self.m:step(vb)
+    local c, out0 = 0, base
+    if pre then
+        c = math.min(self.chunk, pre.n_fill - pre.L)
+        if pre.boundary and pre.boundary > pre.L then c = math.min(c, pre.boundary - pre.L) end
+        self:_add_chunk(vb, pre, c, base)
+    end
+    local ok, err = self:_step(vb)
     if not ok then return nil, err end
 
-    -- Phase 3 and 4 per stream.
+    -- Phase 3 and 4 per stream; a stream finished during the round (d:finish from a step callback) is left as
+    -- it was, its rows of this step dropped with its sequence.
     local total, off = 0, 0
-    local D = self.D
     for _, s in ipairs(list) do
-        local k = s.n_drafts
-        local committed, accepted = self:_accept(s, off)
-        if not committed then return nil, accepted end
-        local st = s.stats
-        st.target_steps = st.target_steps + 1
-        st.tokens = st.tokens + committed
-        if k > 0 then
-            st.spec_decode_num_drafts = st.spec_decode_num_drafts + 1
-            st.spec_decode_num_draft_tokens = st.spec_decode_num_draft_tokens + k
-            st.spec_decode_num_accepted_tokens = st.spec_decode_num_accepted_tokens + accepted
-            for i = 1, k do st.draft_tokens_per_pos[i] = st.draft_tokens_per_pos[i] + 1 end
-            for i = 1, accepted do
-                st.spec_decode_num_accepted_tokens_per_pos[i] = st.spec_decode_num_accepted_tokens_per_pos[i] + 1
-            end
+        if not s.done then
+            local committed
+            committed, err = self:_verified(s, off)
+            if not committed then return nil, err end
+            total = total + committed
         end
-        -- The target keeps the rows of the pending token and the drafts that stood: the new pending token is the
-        -- last committed one. Their hiddens feed the next round's MTP catch-up.
-        local new_L = s.L + committed
-        if new_L < s.L + k + 1 then
-            ok, err = s.seq:truncate(new_L)
-            if not ok then return nil, err end
-        end
-        if self.k > 0 and committed > 0 then
-            ffi.copy(s.hid, vb:hidden(off), committed * D * 4)
-        end
-        s.hid_n = committed
-        s.L = new_L
-        total = total + committed
-        off = off + k + 1
+        off = off + s.n_drafts + 1
     end
-    -- Retire finished streams (their statistics go into the driver's totals).
-    local keep = {}
-    for _, s in ipairs(list) do
-        if s.done then
-            M.add_stats(self.stats, s.stats)
-            s:free()
-        else
-            keep[#keep + 1] = s
-        end
+    if pre and not pre.done then
+        ok, err = self:_chunk_done(pre, vb, out0, c)
+        if not ok then return nil, err end
     end
-    self.streams = keep
     return total
 end
 
--- Ends an active stream between rounds, before the driver would (a stop string found in its text, a client
--- gone): it leaves the active set, its statistics go into the driver's totals, its caches are freed, and
--- s.finish_reason = reason (default "stop"). s.generated keeps what was committed.
-function Driver:finish(s, reason)
-    if getmetatable(s) ~= Stream or s.driver ~= self or s.is_prefix then
-        error("driver:finish: not a stream of this driver", 2)
-    end
-    for i, active in ipairs(self.streams) do
-        if active == s then
-            table.remove(self.streams, i)
-            s.done, s.finish_reason = true, reason or "stop"
-            M.add_stats(self.stats, s.stats)
-            s:free()
-            return
+-- Phases 3 and 4 for stream s, whose verified rows start at row off of the target step: accept, count, roll back.
+-- Returns the tokens committed, or nil, err.
+function Driver:_verified(s, off)
+    local vb, D, k = self.vb, self.D, s.n_drafts
+    local committed, accepted = self:_accept(s, off)
+    if not committed then return nil, accepted end
+    local st = s.stats
+    st.target_steps = st.target_steps + 1
+    st.tokens = st.tokens + committed
+    if k > 0 then
+        st.spec_decode_num_drafts = st.spec_decode_num_drafts + 1
+        st.spec_decode_num_draft_tokens = st.spec_decode_num_draft_tokens + k
+        st.spec_decode_num_accepted_tokens = st.spec_decode_num_accepted_tokens + accepted
+        for i = 1, k do st.draft_tokens_per_pos[i] = st.draft_tokens_per_pos[i] + 1 end
+        for i = 1, accepted do
+            st.spec_decode_num_accepted_tokens_per_pos[i] = st.spec_decode_num_accepted_tokens_per_pos[i] + 1
         end
     end
-    error("driver:finish: the stream is not active", 2)
+    -- The target keeps the rows of the pending token and the drafts that stood: the new pending token is the
+    -- last committed one. Their hiddens feed the next round's MTP catch-up.
+    local new_L = s.L + committed
+    if new_L < s.L + k + 1 then
+        local ok, err = s.seq:truncate(new_L)
+        if not ok then return nil, err end
+    end
+    if s.k > 0 then
+        if committed > 0 then ffi.copy(s.hid, vb:hidden(off), committed * D * 4) end
+        s.hid_n = committed
+    end
+    s.L = new_L
+    return committed
 end
 
 -- Rounds until every stream is done. Returns true, or nil, err.

@@ -433,6 +433,17 @@ local function check_table(value, defaults, what)
     return out
 end
 
+-- A write to a socket whose peer has gone raises SIGPIPE, whose default action ends the process (libuv does not
+-- ignore it, Node does). Catching it on the loop turns such writes into EPIPE errors, which close the connection.
+-- One unreferenced handle per process: it never keeps the loop alive.
+local sigpipe
+local function catch_sigpipe()
+    if sigpipe and not sigpipe:is_closing() then return end
+    sigpipe = uv.new_signal()
+    sigpipe:start("sigpipe", function() end)
+    sigpipe:unref()
+end
+
 function listener.listen(opts, handler)
     if opts == nil then opts = {} end
     if type(opts) ~= "table" then error("listener.listen: opts must be a table", 2) end
@@ -461,6 +472,7 @@ function listener.listen(opts, handler)
     -- A failed handle is closed only inside a running loop, which reaps it.  Outside one it is left to
     -- exit: with luv before 1.45 (Debian's 1.44) a handle closed but never reaped crashes lua_close at
     -- exit (luvit/luv#437, fixed by luv PR #654), and a failed listen is usually followed by an exit.
+    catch_sigpipe()
     local tcp = uv.new_tcp()
     local function drop() if uv.loop_mode() then tcp:close() end end
     local bound, ok, err = pcall(tcp.bind, tcp, host, port)

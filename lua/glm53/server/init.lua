@@ -1,0 +1,469 @@
+--[[
+glm53.server - an OpenAI- and Anthropic-compatible HTTP server over the engine, as an app object that scripts
+extend with routes, limits and policies (docs/server.md).
+
+    local uv = require("luv")
+    local server = require("glm53.server")
+    local app = server.new({ model = "models/tiny", port = 8080 })
+    app:route("GET", "/v1/version", function(req, res) app:send(res, 200, { version = "1" }) end)
+    app:use(function(req, res)                         -- runs before every route; true = answered
+        if req.headers["x-tenant"] == "blocked" then return app:fail(req, res, 403, "tenant blocked") end
+    end)
+    app:admit(function(job, req)                       -- every generation request, once parsed
+        if job.max_tokens > 512 then return 400, "max_tokens is capped at 512 here" end
+    end)
+    app:policy("greedy_first", function(opts) return function(cand) return cand.ids[0] end end)
+    assert(app:start())                                -- listens, then loads the model off the loop
+    uv.run()
+
+server.new(opts): model (checkpoint directory; default the bundled models/tiny), device ("cpu" | "cuda"), threads,
+tp, ep, communicator (tensor and expert parallelism, as glm53.engine.model.load takes them; docs/multi-gpu.md),
+host ("127.0.0.1"), port (8080; 0 picks one), api_key, served_model_name (default: the directory's base name),
+max_num_seqs (16), max_model_len (8192; tokens of prompt and output per request), max_queue (256),
+prefill_chunk (256 rows per step), speculative_max (most MTP drafts a request may ask for; default 4 with an MTP
+layer, else 0), prefix_cache_bytes (512 MiB), max_body_bytes (16 MiB), policy_dir (scripts/policies), log
+(function(level, message)), plus listener timeouts / limits (glm53.server.listener).
+
+Routes: app:route(method, path, handler) with handler(req, res, app); a path starting with "^" is a Lua pattern
+whose captures arrive in req.params. A route's errors: app:fail(req, res, status, message[, param, code]) answers
+in OpenAI's shape ({"error": {"message", "type", "param", "code"}}), or Anthropic's on /v1/messages routes;
+raising params.fail(...) inside a handler does the same. Unknown paths get 404, known paths with another method
+405 (with Allow). app:use(fn(req, res, app)) adds middleware, app:admit(fn(job, req)) an admission hook for
+generation requests (job: prompt_tokens, max_tokens, n, route, body; return status, message to refuse),
+app:policy(name, ctor) a sampling policy by name (requests: "policy": "name" or {"name": ..., options}),
+app:draft_policy(name, ctor) a speculative draft policy (requests: "speculative": {"k": 4, "draft": "name"}).
+
+Lifecycle: app:start() listens first (one log line says where), then loads the model on a libuv pool thread
+(glm53.engine.model.load_async): /health answers 503 while that runs and 200 once the server serves; the
+tokenizer loads right after, on the loop (a short pause). app:close() stops like SIGINT does.
+]]
+local uv = require("luv")
+local json = require("glm53.chat.json")
+local listener = require("glm53.server.listener")
+local params = require("glm53.server.params")
+local metrics = require("glm53.server.metrics")
+
+local M = {}
+
+local App = {}
+App.__index = App
+
+local function source_root()
+    local src = debug.getinfo(1, "S").source
+    if src:sub(1, 1) ~= "@" then return "." end
+    local root = src:sub(2):match("^(.*)/lua/glm53/server/init%.lua$") or "."
+    repeat local before = root; root = root:gsub("[^/]+/%.%./", "", 1) until root == before   -- "scripts/../x" -> "x"
+    return (root:gsub("^[^/]+/%.%.$", "."))
+end
+M.ROOT = source_root()
+
+local function default_log(level, message)
+    io.stderr:write(os.date("%Y-%m-%d %H:%M:%S"), " glm53.server ", level, ": ", message, "\n")
+end
+
+local OPENAI_TYPES = { [400] = "invalid_request_error", [401] = "invalid_request_error", [403] = "permission_error",
+                       [404] = "invalid_request_error", [405] = "invalid_request_error", [413] = "invalid_request_error",
+                       [429] = "rate_limit_error", [500] = "server_error", [503] = "server_error" }
+local ANTHROPIC_TYPES = { [400] = "invalid_request_error", [401] = "authentication_error", [403] = "permission_error",
+                          [404] = "not_found_error", [405] = "invalid_request_error", [413] = "request_too_large",
+                          [429] = "rate_limit_error", [500] = "api_error", [503] = "overloaded_error" }
+
+function M.new(opts)
+    opts = opts or {}
+    if type(opts) ~= "table" then error("server.new: opts must be a table", 2) end
+    local model_dir = opts.model or (M.ROOT .. "/models/tiny")
+    local self = setmetatable({
+        opts = opts, model_dir = model_dir, log = opts.log or default_log,
+        served_model_name = opts.served_model_name or model_dir:gsub("/+$", ""):match("([^/]+)$"),
+        max_num_seqs = opts.max_num_seqs or 16, max_model_len = opts.max_model_len or 8192,
+        max_queue = opts.max_queue or 256, api_key = opts.api_key,
+        policy_dir = opts.policy_dir or (M.ROOT .. "/scripts/policies"),
+        routes = {}, pattern_routes = {}, middleware = {}, admission = {}, policies = {}, drafts = {},
+        state = "loading", created = os.time(), seed_counter = 0,
+    }, App)
+    for _, k in ipairs({ "max_num_seqs", "max_model_len", "max_queue" }) do
+        if type(self[k]) ~= "number" or self[k] < 1 or self[k] % 1 ~= 0 then
+            error("server.new: " .. k .. " must be a positive integer", 2)
+        end
+    end
+    self.registry = metrics.registry({ model_name = self.served_model_name })
+    self.registry:gauge("glm53:ready", "1 once the model is loaded and the server serves.", function()
+        return self.state == "ready" and 1 or 0
+    end)
+    require("glm53.server.routes_openai").register(self)
+    require("glm53.server.routes_anthropic").register(self)
+    self:route("GET", "/health", function(req, res) self:health(req, res) end)
+    self:route("GET", "/metrics", function(_, res)
+        res:write_head(200, { ["Content-Type"] = metrics.CONTENT_TYPE })
+        res:finish(self.registry:render())
+    end)
+    self:route("GET", "/", function(_, res)
+        res:write_head(200, { ["Content-Type"] = "text/html; charset=utf-8", ["Cache-Control"] = "no-cache" })
+        res:finish(require("glm53.server.page").html(self))
+    end)
+    self:use(function(req, res) return self:check_key(req, res) end)
+    return self
+end
+
+---------------------------------------------------------------------------------------------------------------
+-- Extension points
+---------------------------------------------------------------------------------------------------------------
+function App:route(method, path, handler)
+    if type(method) ~= "string" or type(path) ~= "string" then error("app:route: method and path are strings", 2) end
+    if type(handler) ~= "function" then error("app:route: handler must be a function", 2) end
+    method = method:upper()
+    if path:sub(1, 1) == "^" then
+        for _, r in ipairs(self.pattern_routes) do
+            if r.pattern == path then r.methods[method] = handler return self end
+        end
+        self.pattern_routes[#self.pattern_routes + 1] = { pattern = path, methods = { [method] = handler } }
+    else
+        self.routes[path] = self.routes[path] or {}
+        self.routes[path][method] = handler
+    end
+    return self
+end
+
+function App:use(fn)
+    if type(fn) ~= "function" then error("app:use: expected a function", 2) end
+    self.middleware[#self.middleware + 1] = fn
+    return self
+end
+
+function App:admit(fn)
+    if type(fn) ~= "function" then error("app:admit: expected a function", 2) end
+    self.admission[#self.admission + 1] = fn
+    return self
+end
+
+function App:policy(name, ctor)
+    if type(name) ~= "string" or type(ctor) ~= "function" then error("app:policy: a name and a constructor", 2) end
+    self.policies[name] = ctor
+    return self
+end
+
+function App:draft_policy(name, ctor)
+    if type(name) ~= "string" or type(ctor) ~= "function" then error("app:draft_policy: a name and a constructor", 2) end
+    self.drafts[name] = ctor
+    return self
+end
+
+---------------------------------------------------------------------------------------------------------------
+-- Replies
+---------------------------------------------------------------------------------------------------------------
+function App:send(res, status, value, headers)
+    local h = { ["Content-Type"] = "application/json" }
+    for k, v in pairs(headers or {}) do h[k] = v end
+    res:write_head(status, h)
+    res:finish(json.encode(value, { compact = true }))
+end
+
+-- The error shape of a request: Anthropic's on /v1/messages, else OpenAI's (req.error_shape overrides).
+local function shape_of(req)
+    if req and req.error_shape then return req.error_shape end
+    if req and req.path and req.path:find("^/v1/messages") then return "anthropic" end
+    return "openai"
+end
+
+function App:error_body(req, status, message, param, code)
+    if shape_of(req) == "anthropic" then
+        return { type = "error", error = { type = ANTHROPIC_TYPES[status] or "api_error", message = message } }
+    end
+    return { error = { message = message, type = OPENAI_TYPES[status] or (status >= 500 and "server_error" or
+                       "invalid_request_error"), param = param or json.null, code = code or json.null } }
+end
+
+-- Answers an error (returns true, so middleware can `return app:fail(...)`).
+function App:fail(req, res, status, message, param, code, headers)
+    if res.closed or res.finished then return true end
+    self:send(res, status, self:error_body(req, status, message, param, code), headers)
+    return true
+end
+
+---------------------------------------------------------------------------------------------------------------
+-- Dispatch
+---------------------------------------------------------------------------------------------------------------
+function App:match(method, path)
+    local want = method == "HEAD" and "GET" or method
+    local exact = self.routes[path]
+    if exact then
+        if exact[want] then return exact[want], {} end
+        return nil, nil, exact
+    end
+    for _, r in ipairs(self.pattern_routes) do
+        local caps = { path:match(r.pattern) }
+        if caps[1] ~= nil then
+            if r.methods[want] then return r.methods[want], caps end
+            return nil, nil, r.methods
+        end
+    end
+end
+
+function App:handle(req, res)
+    local ok, err = xpcall(function()
+        for _, fn in ipairs(self.middleware) do
+            if fn(req, res, self) then return end
+        end
+        local handler, caps, others = self:match(req.method, req.path)
+        if handler then
+            req.params = caps
+            return handler(req, res, self)
+        end
+        if others then
+            local allow = {}
+            for m in pairs(others) do allow[#allow + 1] = m end
+            table.sort(allow)
+            return self:fail(req, res, 405, "method " .. req.method .. " is not allowed on " .. req.path, nil, nil,
+                             { Allow = table.concat(allow, ", ") })
+        end
+        return self:fail(req, res, 404, "no route for " .. req.method .. " " .. req.path)
+    end, function(e)
+        if params.is_error(e) then return e end
+        return debug.traceback(e)
+    end)
+    if not ok then
+        if params.is_error(err) then return self:fail(req, res, err.status, err.message, err.param, err.code) end
+        self.log("error", req.method .. " " .. req.path .. ": " .. tostring(err))
+        return self:fail(req, res, 500, "internal server error")
+    end
+end
+
+-- Middleware: the API key, when one is set, guards /v1/* and the tokenizer routes (/, /health and /metrics stay
+-- open, as in vLLM). Accepts Authorization: Bearer KEY and Anthropic's x-api-key: KEY.
+function App:check_key(req, res)
+    if not self.api_key then return false end
+    local p = req.path
+    if not (p:find("^/v1/") or p == "/tokenize" or p == "/detokenize") then return false end
+    local auth = req.headers["authorization"]
+    local bearer = auth and auth:match("^[Bb]earer%s+(.-)%s*$")
+    if bearer == self.api_key or req.headers["x-api-key"] == self.api_key then return false end
+    local msg = (auth or req.headers["x-api-key"]) and "invalid API key" or
+                "missing API key (send Authorization: Bearer KEY or x-api-key: KEY)"
+    return self:fail(req, res, 401, msg, nil, "invalid_api_key", { ["WWW-Authenticate"] = "Bearer" })
+end
+
+-- 200 {"status": "ok"} once serving, 503 with the error shape while loading (or after a failed load).
+function App:health(req, res)
+    if self.state == "ready" then return self:send(res, 200, { status = "ok" }) end
+    local msg = self.state == "loading" and "the model is loading" or ("the model failed to load: " .. tostring(self.load_error))
+    self:send(res, 503, { status = self.state, error = { message = msg, type = "unavailable_error", param = json.null,
+                                                             code = 503 } })
+end
+
+-- Routes that need the engine call this first: false (and a 503 sent) until the model is loaded.
+function App:ready_or_fail(req, res)
+    if self.state == "ready" then return true end
+    self:fail(req, res, 503, self.state == "loading" and "the model is still loading; retry shortly" or
+              "the model failed to load", nil, nil, { ["Retry-After"] = "1" })
+    return false
+end
+
+---------------------------------------------------------------------------------------------------------------
+-- Policies and speculative decoding per request
+---------------------------------------------------------------------------------------------------------------
+-- A request's "policy" ("name" or {"name": ..., options...}) -> a constructor of one policy per stream, or nil.
+function App:resolve_policy(spec)
+    if spec == nil then return nil end
+    local name, popts = spec, {}
+    if type(spec) == "table" then
+        name = params.value(spec, "name")
+        for _, k in ipairs(json.keys(spec)) do if k ~= "name" then popts[k] = params.value(spec, k) end end
+    end
+    if type(name) ~= "string" or not name:match("^[%w_]+$") then
+        params.fail(400, "'policy' must be a policy name or {\"name\": ..., options}", "policy")
+    end
+    local ctor = self.policies[name]
+    if not ctor then
+        local chunk = loadfile(self.policy_dir .. "/" .. name .. ".lua")
+        if not chunk then params.fail(400, "unknown policy '" .. name .. "'", "policy") end
+        local ok, made = pcall(chunk)
+        if not ok or type(made) ~= "function" then
+            params.fail(400, "policy '" .. name .. "' did not load: " .. tostring(made), "policy")
+        end
+        ctor = made
+        self.policies[name] = ctor
+    end
+    popts.vocab_size = self.model.vocab_size
+    popts.tokenizer = self.tokenizer
+    local ok, probe = pcall(ctor, popts)   -- bad options fail the request now, not on the engine loop
+    if not ok then params.fail(400, "policy '" .. name .. "': " .. tostring(probe):gsub("^[^:]*:%d+: ", ""), "policy") end
+    return function() return ctor(popts) end
+end
+
+local BUILTIN_DRAFTS = {
+    threshold = function(opts)
+        return require("glm53.generation.driver").draft_threshold(tonumber(opts.threshold) or 0.3)
+    end,
+    -- deeper while drafts keep standing (docs/mtp.md's adaptive example)
+    adaptive = function(opts)
+        local floor_p = tonumber(opts.threshold) or 0.1
+        return {
+            depth = function(_, ctx)
+                local st = ctx.stream.stats
+                local rate = st.spec_decode_num_draft_tokens > 0 and
+                             st.spec_decode_num_accepted_tokens / st.spec_decode_num_draft_tokens or 0.5
+                return 1 + math.floor((ctx.stream.k - 1) * rate)
+            end,
+            keep = function(_, _, _, _, prob) return prob >= floor_p end,
+        }
+    end,
+}
+
+-- A request's "speculative" (K, or {"k": K, "draft": name, options...}) -> k and a draft policy constructor.
+function App:resolve_speculative(spec)
+    if spec == nil then return 0, nil end
+    local k, draft, dopts = spec, nil, {}
+    if type(spec) == "table" then
+        k = params.value(spec, "k")
+        draft = params.value(spec, "draft")
+        for _, key in ipairs(json.keys(spec)) do dopts[key] = params.value(spec, key) end
+    end
+    if type(k) ~= "number" or k % 1 ~= 0 or k < 0 then
+        params.fail(400, "'speculative' must be a draft depth K >= 0 or {\"k\": K, \"draft\": name}", "speculative")
+    end
+    if k > self.speculative_max then
+        params.fail(400, "'speculative' k = " .. k .. " exceeds this server's limit of " .. self.speculative_max ..
+                    (self.model:n_mtp() == 0 and " (the model has no MTP layer)" or " (--speculative-max)"),
+                    "speculative")
+    end
+    if draft == nil or draft == "fixed" or k == 0 then return k, nil end
+    if type(draft) ~= "string" then params.fail(400, "'speculative.draft' must be a name", "speculative") end
+    local ctor = self.drafts[draft] or BUILTIN_DRAFTS[draft]
+    if not ctor then params.fail(400, "unknown draft policy '" .. draft .. "'", "speculative") end
+    local ok, err = pcall(ctor, dopts)
+    if not ok then params.fail(400, "draft policy '" .. draft .. "': " .. tostring(err), "speculative") end
+    return k, function() return ctor(dopts) end
+end
+
+-- A seed for requests that give none (each request its own stream of draws).
+function App:random_seed()
+    self.seed_counter = self.seed_counter + 1
+    if not self.seed_base then
+        local f = io.open("/dev/urandom", "rb")
+        local b = f and f:read(4) or tostring(os.time())
+        if f then f:close() end
+        self.seed_base = (b:byte(1) * 16777216 + b:byte(2) * 65536 + b:byte(3) * 256 + b:byte(4)) % 2 ^ 31
+    end
+    return (self.seed_base + self.seed_counter * 2654435761) % 2 ^ 48
+end
+
+-- Runs the admission hooks for a parsed generation request; raises the API error of the first refusal.
+function App:check_admission(job, req)
+    for _, fn in ipairs(self.admission) do
+        local status, message = fn(job, req, self)
+        if status then params.fail(status, message or "request refused") end
+    end
+end
+
+---------------------------------------------------------------------------------------------------------------
+-- Lifecycle
+---------------------------------------------------------------------------------------------------------------
+-- The ids that end generation: generation_config.json's eos_token_id when it has one, else GLM-5.3's stop set
+-- (<|endoftext|>, <|user|>, <|observation|>) as far as the tokenizer has those tokens.
+local function stop_ids(dir, tok)
+    local file = require("glm53.util.file")
+    local text = file.read_file(dir .. "/generation_config.json")
+    local ok, cfg = pcall(function() return text and require("cjson").decode(text) end)
+    local out = {}
+    if ok and type(cfg) == "table" and cfg.eos_token_id ~= nil then
+        local e = cfg.eos_token_id
+        if type(e) == "number" then out = { e } elseif type(e) == "table" then out = e end
+    end
+    if #out == 0 then
+        for _, s in ipairs({ "<|endoftext|>", "<|user|>", "<|observation|>" }) do
+            local id = tok:token_id(s)
+            if id then out[#out + 1] = id end
+        end
+    end
+    return out
+end
+
+function App:start(on_ready)
+    local opts = self.opts
+    local limits = {}
+    for k, v in pairs(opts.limits or {}) do limits[k] = v end
+    limits.body_bytes = opts.max_body_bytes or limits.body_bytes
+    local server, err = listener.listen({ host = opts.host, port = opts.port, limits = limits,
+                                          timeouts = opts.timeouts, log = self.log, signals = false },
+                                        function(req, res) self:handle(req, res) end)
+    if not server then return nil, err end
+    self.server = server
+    -- SIGINT / SIGTERM: stop accepting, let responses in flight finish (a second signal: close everything now)
+    self.signals = {}
+    if opts.signals ~= false then
+        for _, name in ipairs({ "sigint", "sigterm" }) do
+            local sig = uv.new_signal()
+            sig:start(name, function()
+                if self.closing then
+                    self.log("warn", name .. " again: closing every connection now")
+                    return self.server:close(0)
+                end
+                self.log("info", name .. ": shutting down")
+                self:close()
+            end)
+            self.signals[#self.signals + 1] = sig
+        end
+    end
+    self.host, self.port = server.host, server.port
+    local t0 = uv.hrtime()
+    self.log("info", "loading " .. self.model_dir .. " (/health answers 503 until it serves)")
+    local load_opts = { device = opts.device, threads = opts.threads, tp = opts.tp, ep = opts.ep,
+                        communicator = opts.communicator }
+    require("glm53.engine.model").load_async(uv, self.model_dir, load_opts,
+        function(m, load_err)
+            if self.closing then if m then m:free() end return end
+            if not m then return self:load_failed(load_err) end
+            local ok, e = pcall(self.serve_model, self, m)
+            if not ok then return self:load_failed(e) end
+            self.log("info", string.format("model %s loaded in %.2f s; serving as '%s'", self.model_dir,
+                                           (uv.hrtime() - t0) / 1e9, self.served_model_name))
+            if on_ready then on_ready(self) end
+        end)
+    return self
+end
+
+function App:load_failed(err)
+    self.state, self.load_error = "failed", err
+    self.log("error", "loading " .. self.model_dir .. " failed: " .. tostring(err))
+    if self.opts.exit_on_load_failure ~= false then self:close() end
+end
+
+-- Everything that needs the loaded model: tokenizer, stop ids, limits, the scheduler.
+function App:serve_model(m)
+    local tokenizer = require("glm53.engine.tokenizer")
+    local tok = assert(tokenizer.load(self.model_dir .. "/tokenizer.json"))
+    self.model, self.tokenizer = m, tok
+    self.n_valid = math.min(tok:n_vocab(), m.vocab_size)
+    self.stop_ids = stop_ids(self.model_dir, tok)
+    -- (the C config does not carry max_position_embeddings; config.json does)
+    local text = require("glm53.util.file").read_file(self.model_dir .. "/config.json")
+    local cfg_ok, cfg = pcall(require("cjson").decode, text or "")
+    local tc = cfg_ok and type(cfg) == "table" and (cfg.text_config or cfg) or {}
+    local max_pos = tonumber(tc.max_position_embeddings) or 0
+    if max_pos > 0 and self.max_model_len > max_pos then
+        error(string.format("max_model_len %d exceeds the model's max_position_embeddings %d", self.max_model_len, max_pos))
+    end
+    local spec_max = self.opts.speculative_max
+    if spec_max == nil then spec_max = m:n_mtp() > 0 and 4 or 0 end
+    if spec_max > 0 and m:n_mtp() == 0 then error("--speculative-max needs a checkpoint with an MTP layer") end
+    self.speculative_max = spec_max
+    self.scheduler = require("glm53.server.scheduler").new(m, {
+        uv = uv, max_num_seqs = self.max_num_seqs, max_queue = self.max_queue, chunk = self.opts.prefill_chunk,
+        spec_k = spec_max, capacity = self.max_model_len + spec_max + 1, n_valid = self.n_valid,
+        prefix_cache_bytes = self.opts.prefix_cache_bytes, registry = self.registry, log = self.log,
+    })
+    self.state = "ready"
+end
+
+function App:close(grace)
+    if self.closing then return end
+    self.closing = true
+    local function done()
+        if self.scheduler then self.scheduler:close() end
+        for _, sig in ipairs(self.signals or {}) do sig:close() end
+        self.signals = {}
+    end
+    if self.server then self.server:close(grace, done) else done() end
+end
+
+return M

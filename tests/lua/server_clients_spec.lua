@@ -1,0 +1,60 @@
+-- Real clients against the server: the official openai and @anthropic-ai/sdk npm packages, streaming and not
+-- (tests/server/sdk_test.mjs), and the chat page in headless Chromium through playwright-core
+-- (tests/server/page_test.mjs), which leaves a screenshot of the streamed answer in reports/server-page.png.
+-- The npm packages are installed from tests/server/package-lock.json with `npm ci` (pinned versions, from the
+-- npm cache when offline); when that cannot run, the tests fail and say why.
+local H = require("server_helpers")
+
+local function run(cmd)
+    local p = io.popen(cmd .. " 2>&1; echo \"rc=$?\"")
+    local out = p:read("*a")
+    p:close()
+    return out, tonumber(out:match("rc=(%d+)%s*$"))
+end
+
+local npm_ready, npm_error
+local function ensure_npm()
+    if npm_ready ~= nil then return npm_ready end
+    local out, rc = run("cd tests/server && npm ci --prefer-offline --no-audit --no-fund --loglevel=error")
+    npm_ready = rc == 0
+    if not npm_ready then
+        npm_error = "`npm ci` in tests/server failed (is the npm registry or cache reachable? node >= 20?):\n" .. out
+    end
+    return npm_ready
+end
+
+describe("server with real clients", function()
+    local srv
+    setup(function() srv = H.start({ "--script", "tests/server/test_app.lua" }) end)
+    teardown(function() srv.stop() end)
+
+    it("the official OpenAI and Anthropic npm clients: every call passes, streaming and not", function()
+        assert(ensure_npm(), npm_error)
+        local out, rc = run("node tests/server/sdk_test.mjs " .. H.quote("http://127.0.0.1:" .. srv.port))
+        io.write("\n", (out:gsub("rc=%d+%s*$", "")))
+        assert.are.equal(0, rc, out)
+        assert.matches("all passed", out, 1, true)
+    end)
+
+    it("headless Chromium loads GET /, sends a message and shows the streamed answer (screenshot)", function()
+        assert(ensure_npm(), npm_error)
+        local chromium = os.getenv("CHROMIUM") or "/usr/bin/chromium"
+        assert(io.open(chromium, "rb"), "no " .. chromium .. ": install it (apt-get install -y chromium; scripts/bootstrap.sh)")
+        os.execute("mkdir -p reports")
+        local png = "reports/server-page.png"
+        os.remove(png)
+        local out, rc = run("node tests/server/page_test.mjs " .. H.quote("http://127.0.0.1:" .. srv.port) .. " " .. png)
+        assert.are.equal(0, rc, out)
+        local line = assert(out:match("RESULT ([^\n]*)"), out)
+        local result = require("cjson").decode(line)
+        assert.is_true(#result.content + #result.reasoning > 0)
+        assert.matches("%d+ tokens", result.meta)
+        assert.is_true(result.chunks > 2, "the answer arrived in several SSE chunks")
+        local f = assert(io.open(png, "rb"))
+        local bytes = f:read("*a")
+        f:close()
+        assert.are.equal("\137PNG", bytes:sub(1, 4))
+        assert.is_true(#bytes > 10000)
+        print(string.format("  page: %d SSE chunks, %s; screenshot %s (%d bytes)", result.chunks, result.meta, png, #bytes))
+    end)
+end)

@@ -1,0 +1,526 @@
+-- The server (scripts/serve.lua, glm53.server) black-box, as a child process on an ephemeral loopback port with
+-- the bundled model: routes and wire formats through curl; greedy and seeded outputs against scripts/generate.lua
+-- (token ids); stop strings split across tokens, streamed and not; logprobs, echo and prompt logprobs; n; tool
+-- calls and reasoning (driven by a scripted policy, tests/server/test_app.lua); Anthropic messages; images;
+-- speculative decoding; every bad input with its 4xx JSON error and a normal request after it; the API key;
+-- the queue limit; disconnects mid-stream; prefix-cache hits. (/health during a long prefill: server_load_spec.)
+local cjson = require("cjson")
+local uv = require("luv")
+local H = require("server_helpers")
+
+local USER = { { role = "user", content = "Tell me about the weather." } }
+local SYSTEM = { { role = "system", content = "You are a helpful assistant who answers briefly." },
+                 { role = "user", content = "hi there" } }
+
+local function chat(srv, body) return H.post(srv, "/v1/chat/completions", body) end
+
+local function ids_csv(list) return table.concat(list, ",") end
+
+local function tokenize_messages(srv, messages)
+    local r = H.post(srv, "/tokenize", { messages = messages })
+    assert.are.equal(200, r.status, r.body)
+    return r.json.tokens
+end
+
+-- Runs the luv loop until fn(done) calls done() or `seconds` pass.
+local function loop(seconds, fn)
+    uv.update_time()   -- the loop's clock is stale after the blocking curl calls: timers would fire at once
+    local finished = false
+    local guard = uv.new_timer()
+    guard:start(seconds * 1000, 0, function() uv.stop() end)
+    fn(function() finished = true; uv.stop() end)
+    uv.run()
+    guard:close()
+    uv.walk(function(h) if not h:is_closing() then h:close() end end)
+    uv.run()
+    assert.is_true(finished, "timed out after " .. seconds .. " s")
+end
+
+describe("server", function()
+    local srv, stops
+    setup(function()
+        srv = H.start({ "--script", "tests/server/test_app.lua", "--max-model-len", "8192" })
+        stops = "768,775,777"   -- the tiny tokenizer's <|endoftext|>, <|user|>, <|observation|>
+    end)
+    teardown(function() srv.stop() end)
+
+    it("answers /health, /v1/models, GET / and /metrics", function()
+        local r = H.request(srv, "GET", "/health")
+        assert.are.equal(200, r.status)
+        assert.are.same({ status = "ok" }, r.json)
+        r = H.request(srv, "GET", "/v1/models")
+        assert.are.equal("list", r.json.object)
+        assert.are.equal("tiny", r.json.data[1].id)
+        assert.are.equal(200, H.request(srv, "GET", "/v1/models/tiny").status)
+        assert.are.equal(404, H.request(srv, "GET", "/v1/models/other").status)
+        r = H.request(srv, "GET", "/")
+        assert.are.equal(200, r.status)
+        assert.matches("text/html", r.headers["content-type"])
+        assert.matches("<title>glm53 chat</title>", r.body, 1, true)
+        r = H.request(srv, "GET", "/metrics")
+        assert.matches("text/plain; version=0.0.4", r.headers["content-type"], 1, true)
+        for _, name in ipairs({ "vllm:num_requests_running", "vllm:num_requests_waiting",
+                                "vllm:time_to_first_token_seconds_bucket", "vllm:time_per_output_token_seconds_count",
+                                "vllm:prompt_tokens_total", "vllm:generation_tokens_total",
+                                "vllm:spec_decode_num_drafts_total", "vllm:prefix_cache_hits_total" }) do
+            assert.matches(name, r.body, 1, true)
+        end
+    end)
+
+    it("greedy chat output equals scripts/generate.lua's for the same prompt ids, streamed or not", function()
+        for _, messages in ipairs({ USER, SYSTEM, SYSTEM }) do   -- the repeat is served from the prefix cache
+            local ids = tokenize_messages(srv, messages)
+            local r = chat(srv, { messages = messages, max_tokens = 40, temperature = 0, return_token_ids = true })
+            assert.are.equal(200, r.status, r.body)
+            local ref = H.generate("--model models/tiny --tokens " .. ids_csv(ids) .. " --max-tokens 40 --stop-ids " .. stops)
+            assert.are.same(ref.ids, r.json.choices[1].token_ids)
+            assert.are.same(ids, r.json.prompt_token_ids)
+            assert.are.equal(#ids, r.json.usage.prompt_tokens)
+            assert.are.equal(#ref.ids, r.json.usage.completion_tokens)
+            -- the same request streamed: deltas add up to the message
+            local s = chat(srv, { messages = messages, max_tokens = 40, temperature = 0, stream = true,
+                                  stream_options = { include_usage = true } })
+            assert.matches("text/event-stream", s.headers["content-type"], 1, true)
+            local datas = H.sse(s.body)
+            assert.are.equal("[DONE]", datas[#datas])
+            local reasoning, content, finish, usage = {}, {}, nil, nil
+            for i = 1, #datas - 1 do
+                local c = cjson.decode(datas[i])
+                assert.are.equal("chat.completion.chunk", c.object)
+                if c.usage then usage = c.usage end
+                for _, ch in ipairs(c.choices) do
+                    reasoning[#reasoning + 1] = ch.delta.reasoning_content
+                    content[#content + 1] = ch.delta.content
+                    if ch.finish_reason ~= cjson.null then finish = ch.finish_reason end
+                end
+            end
+            local msg = r.json.choices[1].message
+            assert.are.equal(msg.reasoning_content == cjson.null and "" or msg.reasoning_content, table.concat(reasoning))
+            assert.are.equal(msg.content == cjson.null and "" or msg.content, table.concat(content))
+            assert.are.equal(r.json.choices[1].finish_reason, finish)
+            assert.are.same(r.json.usage, usage)
+        end
+        local m = H.metrics(srv)
+        assert.is_true(H.metric(m, "vllm:prefix_cache_hits_total") > 0, "the repeated system prompt hit the cache")
+    end)
+
+    it("seeded sampling equals scripts/generate.lua --seed with the same options; n > 1 uses seed + i", function()
+        local ids = tokenize_messages(srv, USER)
+        local body = { messages = USER, max_tokens = 30, temperature = 0.8, top_p = 0.9, top_k = 20, min_p = 0.01,
+                       presence_penalty = 0.5, frequency_penalty = 0.2, repetition_penalty = 1.1, seed = 7,
+                       return_token_ids = true, n = 3 }
+        local r = chat(srv, body)
+        assert.are.equal(200, r.status, r.body)
+        assert.are.equal(3, #r.json.choices)
+        for i = 1, 3 do
+            local ref = H.generate("--model models/tiny --tokens " .. ids_csv(ids) .. " --max-tokens 30 --stop-ids " ..
+                                   stops .. " --temperature 0.8 --top-p 0.9 --top-k 20 --min-p 0.01 " ..
+                                   "--presence-penalty 0.5 --frequency-penalty 0.2 --repetition-penalty 1.1 --seed " ..
+                                   (7 + i - 1))
+            assert.are.same(ref.ids, r.json.choices[i].token_ids, "choice " .. i)
+        end
+        -- a Lua policy by name, seeded, equals generate.lua --policy
+        r = chat(srv, { messages = USER, max_tokens = 20, seed = 3, policy = { name = "typical", mass = 0.9 },
+                        return_token_ids = true })
+        local ref = H.generate("--model models/tiny --tokens " .. ids_csv(ids) .. " --max-tokens 20 --stop-ids " .. stops ..
+                               " --seed 3 --policy typical --policy-opt mass=0.9")
+        assert.are.same(ref.ids, r.json.choices[1].token_ids)
+    end)
+
+    it("speculative decoding (MTP drafts, fixed or adaptive) keeps the greedy output and counts drafts", function()
+        local base = chat(srv, { messages = USER, max_tokens = 30, temperature = 0, return_token_ids = true })
+        local before = H.metric(H.metrics(srv), "vllm:spec_decode_num_drafts_total")
+        for _, spec in ipairs({ 3, { k = 4, draft = "threshold", threshold = 0.0 }, { k = 2, draft = "adaptive" } }) do
+            local r = chat(srv, { messages = USER, max_tokens = 30, temperature = 0, return_token_ids = true,
+                                  speculative = spec })
+            assert.are.equal(200, r.status, r.body)
+            assert.are.same(base.json.choices[1].token_ids, r.json.choices[1].token_ids)
+        end
+        assert.is_true(H.metric(H.metrics(srv), "vllm:spec_decode_num_drafts_total") > before)
+    end)
+
+    it("completions: text, echo with prompt logprobs, max_tokens = 0, a list of prompts", function()
+        local r = H.post(srv, "/v1/completions", { prompt = "The weather today", max_tokens = 8, temperature = 0,
+                                                   logprobs = 2, echo = true })
+        assert.are.equal(200, r.status, r.body)
+        local ch = r.json.choices[1]
+        assert.are.equal("text_completion", r.json.object)
+        assert.are.equal("The weather today", ch.text:sub(1, 17))
+        local lp = ch.logprobs
+        local n_prompt = r.json.usage.prompt_tokens
+        assert.are.equal(n_prompt + r.json.usage.completion_tokens, #lp.tokens)
+        assert.are.equal(cjson.null, lp.token_logprobs[1])
+        assert.are.equal(cjson.null, lp.top_logprobs[1])
+        for i = 2, #lp.tokens do
+            assert.is_true(lp.token_logprobs[i] <= 0)
+            local n = 0
+            for _ in pairs(lp.top_logprobs[i]) do n = n + 1 end
+            assert.is_true(n >= 1 and n <= 2)
+        end
+        -- prompt logprobs alone (the loglikelihood eval shape) agree with the echoed ones
+        local z = H.post(srv, "/v1/completions", { prompt = "The weather today", max_tokens = 0, echo = true,
+                                                   logprobs = 1 })
+        assert.are.equal(200, z.status, z.body)
+        assert.are.equal(0, z.json.usage.completion_tokens)
+        for i = 2, n_prompt do
+            assert.is_true(math.abs(z.json.choices[1].logprobs.token_logprobs[i] - lp.token_logprobs[i]) < 1e-9)
+        end
+        -- greedy with logprobs: each chosen token is its row's best
+        local g = H.post(srv, "/v1/completions", { prompt = "The weather today", max_tokens = 6, temperature = 0,
+                                                   logprobs = 1 })
+        for i, tokv in ipairs(g.json.choices[1].logprobs.tokens) do
+            local best = -math.huge
+            for _, v in pairs(g.json.choices[1].logprobs.top_logprobs[i]) do best = math.max(best, v) end
+            assert.is_true(math.abs(best - g.json.choices[1].logprobs.token_logprobs[i]) < 1e-9, tokv)
+        end
+        local b = H.post(srv, "/v1/completions", { prompt = { "one", "two", { 5, 6, 7 } }, max_tokens = 3, n = 2,
+                                                   temperature = 0.5, seed = 1 })
+        assert.are.equal(200, b.status, b.body)
+        assert.are.equal(6, #b.json.choices)
+        for i, c in ipairs(b.json.choices) do assert.are.equal(i - 1, c.index) end
+        -- streamed completion text adds up to the non-streamed one
+        local s = H.post(srv, "/v1/completions", { prompt = "The weather today", max_tokens = 8, temperature = 0,
+                                                   stream = true })
+        local text = {}
+        for _, d in ipairs(H.sse(s.body)) do
+            if d ~= "[DONE]" then for _, c in ipairs(cjson.decode(d).choices) do text[#text + 1] = c.text end end
+        end
+        assert.are.equal(ch.text:sub(18), table.concat(text))
+    end)
+
+    it("chat logprobs: top_logprobs per token, streamed and not", function()
+        local r = chat(srv, { messages = USER, max_tokens = 5, temperature = 0, logprobs = true, top_logprobs = 3 })
+        local content = r.json.choices[1].logprobs.content
+        assert.are.equal(5, #content)
+        for _, e in ipairs(content) do
+            assert.are.equal(3, #e.top_logprobs)
+            assert.are.equal(e.top_logprobs[1].logprob, e.logprob)
+            assert.is_true(type(e.bytes) == "table")
+        end
+        local s = chat(srv, { messages = USER, max_tokens = 5, temperature = 0, logprobs = true, top_logprobs = 3,
+                              stream = true })
+        local n = 0
+        for _, d in ipairs(H.sse(s.body)) do
+            if d ~= "[DONE]" then
+                for _, c in ipairs(cjson.decode(d).choices) do
+                    if c.logprobs ~= cjson.null then n = n + #c.logprobs.content end
+                end
+            end
+        end
+        assert.are.equal(5, n)
+    end)
+
+    it("stop strings that span tokens end the output before them, streamed or not, never leaking", function()
+        local base = H.post(srv, "/v1/completions", { prompt = "Once upon a time", max_tokens = 40, temperature = 0,
+                                                      logprobs = 0 })
+        local toks = base.json.choices[1].logprobs.tokens
+        local text = base.json.choices[1].text
+        -- a stop string made of the end of one token and the start of the next, first found at that seam
+        local stop, at
+        local offset = 0
+        for i = 1, #toks - 1 do
+            local a, b = toks[i], toks[i + 1]
+            offset = offset + #a
+            if #a >= 2 and #b >= 2 and not (a .. b):find("[\128-\255]") then
+                local cand = a:sub(-2) .. b:sub(1, 2)
+                local first = text:find(cand, 1, true)
+                if first == offset - 1 then stop, at = cand, first break end
+            end
+        end
+        assert.is_truthy(stop, "a seam to stop at: " .. text)
+        local want = text:sub(1, at - 1)
+        local r = H.post(srv, "/v1/completions", { prompt = "Once upon a time", max_tokens = 40, temperature = 0,
+                                                   stop = { "never-appears", stop } })
+        assert.are.equal(want, r.json.choices[1].text)
+        assert.are.equal("stop", r.json.choices[1].finish_reason)
+        assert.are.equal(stop, r.json.choices[1].stop_reason)
+        local s = H.post(srv, "/v1/completions", { prompt = "Once upon a time", max_tokens = 40, temperature = 0,
+                                                   stop = stop, stream = true })
+        local parts, finish = {}, nil
+        for _, d in ipairs(H.sse(s.body)) do
+            if d ~= "[DONE]" then
+                for _, c in ipairs(cjson.decode(d).choices) do
+                    parts[#parts + 1] = c.text
+                    if c.finish_reason ~= cjson.null then finish = c.finish_reason end
+                end
+            end
+        end
+        assert.are.equal(want, table.concat(parts))
+        assert.are.equal("stop", finish)
+    end)
+
+    it("reasoning and tool calls are parsed per the chat template, streamed as deltas too", function()
+        local tools = { { type = "function", ["function"] = { name = "get_weather", description = "Weather in a city",
+            parameters = { type = "object", properties = { city = { type = "string" }, days = { type = "integer" } } } } } }
+        local script = "Let me look that up.</think>Checking.<tool_call>get_weather<arg_key>city</arg_key>" ..
+                       "<arg_value>Paris</arg_value><arg_key>days</arg_key><arg_value>3</arg_value></tool_call>"
+        local body = { messages = USER, tools = tools, max_tokens = 100, policy = { name = "script", text = script } }
+        local r = chat(srv, body)
+        assert.are.equal(200, r.status, r.body)
+        local msg = r.json.choices[1].message
+        assert.are.equal("Let me look that up.", msg.reasoning_content)
+        assert.are.equal("Checking.", msg.content)
+        assert.are.equal("tool_calls", r.json.choices[1].finish_reason)
+        assert.are.equal("get_weather", msg.tool_calls[1]["function"].name)
+        assert.are.same({ city = "Paris", days = 3 }, cjson.decode(msg.tool_calls[1]["function"].arguments))
+        assert.matches("^chatcmpl%-tool%-", msg.tool_calls[1].id)
+        body.stream = true
+        local s = chat(srv, body)
+        local reasoning, content, calls, finish = {}, {}, {}, nil
+        for _, d in ipairs(H.sse(s.body)) do
+            if d ~= "[DONE]" then
+                for _, c in ipairs(cjson.decode(d).choices) do
+                    reasoning[#reasoning + 1] = c.delta.reasoning_content
+                    content[#content + 1] = c.delta.content
+                    for _, tc in ipairs(c.delta.tool_calls or {}) do calls[#calls + 1] = tc end
+                    if c.finish_reason ~= cjson.null then finish = c.finish_reason end
+                end
+            end
+        end
+        assert.are.equal("Let me look that up.", table.concat(reasoning))
+        assert.are.equal("Checking.", table.concat(content))
+        assert.are.equal(1, #calls)
+        assert.are.equal(0, calls[1].index)
+        assert.are.equal("tool_calls", finish)
+        -- thinking off (chat_template_kwargs.enable_thinking = false): everything is content
+        r = chat(srv, { messages = USER, max_tokens = 100, chat_template_kwargs = { enable_thinking = false },
+                        policy = { name = "script", text = "Plain answer." } })
+        assert.are.equal("Plain answer.", r.json.choices[1].message.content)
+        assert.are.equal(cjson.null, r.json.choices[1].message.reasoning_content)
+    end)
+
+    it("Anthropic messages: text, thinking and tool_use blocks, streamed as named events", function()
+        local base = { model = "tiny", max_tokens = 12, temperature = 0, messages = { { role = "user", content = "hi" } } }
+        local r = H.post(srv, "/v1/messages", base)
+        assert.are.equal(200, r.status, r.body)
+        assert.are.equal("message", r.json.type)
+        assert.are.equal("assistant", r.json.role)
+        assert.are.equal("text", r.json.content[1].type)
+        assert.are.equal("max_tokens", r.json.stop_reason)
+        assert.are.equal(12, r.json.usage.output_tokens)
+        base.stream = true
+        local s = H.post(srv, "/v1/messages", base)
+        local datas, names = H.sse(s.body)
+        assert.are.equal("message_start", names[1])
+        assert.are.equal("message_stop", names[#names])
+        local text = {}
+        for i, d in ipairs(datas) do
+            local ev = cjson.decode(d)
+            assert.are.equal(names[i], ev.type)
+            if ev.type == "content_block_delta" then text[#text + 1] = ev.delta.text end
+        end
+        assert.are.equal(r.json.content[1].text, table.concat(text))
+        -- thinking and a tool call
+        local tools = { { name = "get_weather", description = "Weather", input_schema = { type = "object",
+                          properties = { city = { type = "string" } } } } }
+        local script = "Thinking it over.</think><tool_call>get_weather<arg_key>city</arg_key><arg_value>Paris" ..
+                       "</arg_value></tool_call>"
+        local t = H.post(srv, "/v1/messages", { model = "tiny", max_tokens = 100, tools = tools,
+            thinking = { type = "enabled", budget_tokens = 1024 }, messages = { { role = "user", content = "Weather?" } },
+            policy = { name = "script", text = script } })
+        assert.are.equal(200, t.status, t.body)
+        assert.are.equal("thinking", t.json.content[1].type)
+        assert.are.equal("Thinking it over.", t.json.content[1].thinking)
+        assert.are.equal("tool_use", t.json.content[2].type)
+        assert.are.same({ city = "Paris" }, t.json.content[2].input)
+        assert.are.equal("tool_use", t.json.stop_reason)
+        -- a conversation with the tool result goes back in
+        local follow = H.post(srv, "/v1/messages", { model = "tiny", max_tokens = 5, tools = tools, messages = {
+            { role = "user", content = "Weather?" },
+            { role = "assistant", content = { { type = "tool_use", id = t.json.content[2].id, name = "get_weather",
+                                                input = { city = "Paris" } } } },
+            { role = "user", content = { { type = "tool_result", tool_use_id = t.json.content[2].id,
+                                           content = "18 C" } } } } })
+        assert.are.equal(200, follow.status, follow.body)
+        local count = H.post(srv, "/v1/messages/count_tokens", { model = "tiny", messages = { { role = "user",
+                                                                                              content = "hi" } } })
+        assert.is_true(count.json.input_tokens > 3)
+    end)
+
+    it("images in chat messages (data URLs) reach the model", function()
+        local function data_url(path)
+            return "data:image/png;base64," .. require("glm53.util.base64").encode(H.read_all(path))
+        end
+        local function ask(path)
+            return chat(srv, { max_tokens = 12, temperature = 0, return_token_ids = true, messages = { { role = "user",
+                content = { { type = "text", text = "What is this?" },
+                            { type = "image_url", image_url = { url = data_url(path) } } } } } })
+        end
+        local a1, a2 = ask("tests/fixtures/vision/images/aligned_rgb.png"), ask("tests/fixtures/vision/images/aligned_rgb.png")
+        local b = ask("tests/fixtures/vision/images/gray.png")
+        assert.are.equal(200, a1.status, a1.body)
+        assert.are.same(a1.json.choices[1].token_ids, a2.json.choices[1].token_ids)
+        assert.are.equal(200, b.status, b.body)
+        assert.is_true(a1.json.usage.prompt_tokens > 20)
+        assert.are_not.same(a1.json.choices[1].token_ids, b.json.choices[1].token_ids)
+    end)
+
+    it("every bad input gets its 4xx JSON error, and the next normal request succeeds", function()
+        local ok_body = { messages = USER, max_tokens = 1 }
+        local huge = string.rep("word ", 9000)
+        local cases = {
+            { "POST", "/v1/chat/completions", "{bad json", 400 },
+            { "POST", "/v1/chat/completions", "[1, 2]", 400 },
+            { "POST", "/v1/chat/completions", "", 400 },
+            { "POST", "/v1/chat/completions", string.rep("[", 3000) .. string.rep("]", 3000), 400 },
+            { "POST", "/v1/chat/completions", {}, 400, "messages" },
+            { "POST", "/v1/chat/completions", { messages = "hi" }, 400, "messages" },
+            { "POST", "/v1/chat/completions", { messages = {} }, 400, "messages" },
+            { "POST", "/v1/chat/completions", { messages = { 5 } }, 400, "messages" },
+            { "POST", "/v1/chat/completions", { messages = { { role = 5 } } }, 400, "messages" },
+            { "POST", "/v1/chat/completions", { messages = USER, temperature = "hot" }, 400, "temperature" },
+            { "POST", "/v1/chat/completions", { messages = USER, temperature = -1 }, 400, "temperature" },
+            { "POST", "/v1/chat/completions", { messages = USER, max_tokens = -5 }, 400, "max_tokens" },
+            { "POST", "/v1/chat/completions", { messages = USER, max_tokens = 1.5 }, 400, "max_tokens" },
+            { "POST", "/v1/chat/completions", { messages = USER, n = 0 }, 400, "n" },
+            { "POST", "/v1/chat/completions", { messages = USER, n = 1000 }, 400, "n" },
+            { "POST", "/v1/chat/completions", { messages = USER, top_p = 0 }, 400, "top_p" },
+            { "POST", "/v1/chat/completions", { messages = USER, stop = 5 }, 400, "stop" },
+            { "POST", "/v1/chat/completions", { messages = USER, stream = "yes" }, 400, "stream" },
+            { "POST", "/v1/chat/completions", { messages = USER, top_logprobs = 3 }, 400, "top_logprobs" },
+            { "POST", "/v1/chat/completions", { messages = USER, logprobs = true, top_logprobs = 50 }, 400, "top_logprobs" },
+            { "POST", "/v1/chat/completions", { messages = USER, logit_bias = { abc = 1 } }, 400, "logit_bias" },
+            { "POST", "/v1/chat/completions", { messages = USER, seed = "x" }, 400, "seed" },
+            { "POST", "/v1/chat/completions", { messages = USER, policy = "no_such_policy" }, 400, "policy" },
+            { "POST", "/v1/chat/completions", { messages = USER, policy = "../etc" }, 400, "policy" },
+            { "POST", "/v1/chat/completions", { messages = USER, speculative = 99 }, 400, "speculative" },
+            { "POST", "/v1/chat/completions", { messages = USER, speculative = { k = 2, draft = "nope" } }, 400, "speculative" },
+            { "POST", "/v1/chat/completions", { messages = USER, tools = { 5 } }, 400, "tools" },
+            { "POST", "/v1/chat/completions", { model = "gpt-4", messages = USER }, 404, "model" },
+            { "POST", "/v1/chat/completions", { messages = { { role = "user", content = huge } } }, 400, "messages" },
+            { "POST", "/v1/chat/completions", { messages = USER, max_tokens = 9000 }, 400, "messages" },
+            { "POST", "/v1/chat/completions", { messages = { { role = "assistant", content = "",
+                tool_calls = { { ["function"] = { name = "f", arguments = "[1]" } } } } } }, 400, "messages" },
+            { "POST", "/v1/chat/completions", { messages = { { role = "user", content = { { type = "image_url",
+                image_url = { url = "data:image/png;base64,AAAA" } } } } } }, 400, "messages" },
+            { "POST", "/v1/chat/completions", { messages = { { role = "user", content = { { type = "image_url",
+                image_url = { url = "http://example.com/a.png" } } } } } }, 400, "messages" },
+            { "POST", "/v1/completions", {}, 400, "prompt" },
+            { "POST", "/v1/completions", { prompt = {} }, 400, "prompt" },
+            { "POST", "/v1/completions", { prompt = { 99999 } }, 400, "prompt" },
+            { "POST", "/v1/completions", { prompt = "x", max_tokens = 0 }, 400, "max_tokens" },
+            { "POST", "/v1/completions", { prompt = "x", logprobs = 21 }, 400, "logprobs" },
+            { "POST", "/v1/messages", { messages = USER }, 400 },
+            { "POST", "/v1/messages", "{", 400 },
+            { "POST", "/v1/messages", { max_tokens = 5, messages = { { role = "system", content = "x" } } }, 400 },
+            { "POST", "/v1/messages", { max_tokens = 5, messages = USER, temperature = 1.5 }, 400 },
+            { "POST", "/tokenize", {}, 400, "prompt" },
+            { "POST", "/detokenize", { tokens = "x" }, 400, "tokens" },
+            { "GET", "/v1/chat/completions", nil, 405 },
+            { "DELETE", "/v1/models", nil, 405 },
+            { "GET", "/no/such/route", nil, 404 },
+            { "POST", "/v1/chat/completions", string.rep("x", 17 * 1024 * 1024), 413 },
+        }
+        for i, c in ipairs(cases) do
+            local r = H.request(srv, c[1], c[2], c[3])
+            local what = "case " .. i .. " (" .. c[1] .. " " .. c[2] .. "): " .. tostring(r.body):sub(1, 300)
+            assert.are.equal(c[4], r.status, what)
+            assert.matches("application/json", r.headers["content-type"] or "", 1, true)
+            assert.is_table(r.json, what)
+            if c[2]:find("^/v1/messages") and c[4] ~= 413 then
+                assert.are.equal("error", r.json.type, what)
+                assert.is_string(r.json.error.type, what)
+                assert.is_string(r.json.error.message, what)
+            else
+                assert.is_string(r.json.error.message, what)
+                assert.is_string(r.json.error.type, what)
+                assert.is_not_nil(r.json.error.param, what)
+                assert.is_not_nil(r.json.error.code, what)
+                if c[5] then assert.are.equal(c[5], r.json.error.param, what) end
+            end
+            if c[4] == 405 then assert.is_string(r.headers["allow"], what) end
+            local ok = chat(srv, ok_body)
+            assert.are.equal(200, ok.status, "after " .. what .. ": " .. ok.body)
+        end
+        assert.is_true(srv.alive())
+    end)
+
+    it("a client that disconnects mid-stream cancels its request and frees its cache", function()
+        local before = H.metric(H.metrics(srv), "glm53:requests_aborted_total")
+        local base_bytes = H.metric(H.metrics(srv), "glm53:cache_bytes")
+        loop(30, function(done)
+            local left = 8
+            for _ = 1, 8 do
+                H.raw(srv.port, "POST", "/v1/chat/completions",
+                      { messages = USER, max_tokens = 4000, stream = true, temperature = 1, ignore_eos = true },
+                      function(all, c)
+                          local events = select(2, all:gsub("data: ", ""))
+                          if events >= 3 and not c.closed then
+                              c.close()
+                              left = left - 1
+                              if left == 0 then done() end
+                          end
+                      end)
+            end
+        end)
+        local m
+        for _ = 1, 100 do
+            m = H.metrics(srv)
+            if H.metric(m, "vllm:num_requests_running") == 0 then break end
+            H.sleep(20)
+        end
+        assert.are.equal(0, H.metric(m, "vllm:num_requests_running"))
+        assert.are.equal(before + 8, H.metric(m, "glm53:requests_aborted_total"))
+        assert.are.equal(base_bytes, H.metric(m, "glm53:cache_bytes"))
+        assert.is_true(srv.alive(), "writes to the closed sockets did not end the server (SIGPIPE)")
+        assert.are.equal(200, chat(srv, { messages = USER, max_tokens = 1 }).status)
+    end)
+end)
+
+describe("server limits", function()
+    it("--api-key guards /v1/* (Bearer or x-api-key) and leaves /health open", function()
+        local srv = H.start({ "--api-key", "sekrit" })
+        local body = { messages = USER, max_tokens = 1 }
+        local r = chat(srv, body)
+        assert.are.equal(401, r.status)
+        assert.are.equal("invalid_api_key", r.json.error.code)
+        assert.are.equal(401, H.request(srv, "POST", "/v1/chat/completions", body, { Authorization = "Bearer nope" }).status)
+        assert.are.equal(200, H.request(srv, "POST", "/v1/chat/completions", body, { Authorization = "Bearer sekrit" }).status)
+        assert.are.equal(200, H.request(srv, "POST", "/v1/messages", { max_tokens = 1, messages = USER },
+                                        { ["x-api-key"] = "sekrit" }).status)
+        local a = H.request(srv, "POST", "/v1/messages", { max_tokens = 1, messages = USER })
+        assert.are.equal(401, a.status)
+        assert.are.equal("authentication_error", a.json.error.type)
+        assert.are.equal(200, H.request(srv, "GET", "/health").status)
+        srv.stop()
+    end)
+
+    it("a full queue answers 429 and the server keeps serving", function()
+        local srv = H.start({ "--max-num-seqs", "1", "--max-queue", "1" })
+        local statuses = H.concurrent(srv.port, 4, "POST", "/v1/chat/completions",
+                                      { messages = USER, max_tokens = 200, temperature = 0, ignore_eos = true })
+        table.sort(statuses)
+        assert.are.same({ 200, 200, 429, 429 }, statuses)
+        assert.are.equal(1, H.metric(H.metrics(srv), "glm53:requests_rejected_total") >= 1 and 1 or 0)
+        assert.are.equal(200, chat(srv, { messages = USER, max_tokens = 1 }).status)
+        srv.stop()
+    end)
+
+    it("scripts add a route, a limit and a policy (scripts/examples/serve_app.lua)", function()
+        local srv = H.start({ "--script", "scripts/examples/serve_app.lua" })
+        local r = H.request(srv, "GET", "/v1/stats")
+        assert.are.equal(200, r.status)
+        assert.are.equal(0, r.json.running)
+        r = chat(srv, { messages = USER, max_tokens = 2000 })
+        assert.are.equal(400, r.status)
+        assert.matches("1024 output tokens", r.json.error.message)
+        r = chat(srv, { messages = USER, max_tokens = 5, seed = 1, policy = { name = "ratio", ratio = 0.5 } })
+        assert.are.equal(200, r.status, r.body)
+        local codes = H.concurrent(srv.port, 40, "POST", "/tokenize", { prompt = "hi" })
+        local limited = 0
+        for _, c in ipairs(codes) do if c == 429 then limited = limited + 1 end end
+        assert.is_true(limited > 0 and limited < 40, "some requests were rate limited: " .. limited)
+        srv.stop()
+    end)
+
+    it("SIGTERM stops the server gracefully", function()
+        local srv = H.start({})
+        os.execute("kill -TERM " .. srv.pid)
+        for _ = 1, 100 do
+            if not srv.alive() then break end
+            H.sleep(50)
+        end
+        assert.is_false(srv.alive())
+        srv.stop()
+    end)
+end)

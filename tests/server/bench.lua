@@ -1,0 +1,192 @@
+#!/usr/bin/env luajit
+--[==[
+bench.lua - the server's batching, liveness and prefix-cache figures (docs/server.md):
+
+  1. throughput: generated tokens per second of one streaming request against --streams concurrent ones (greedy,
+     ignore_eos, --tokens each), best of --reps; next to it what the engine alone gains from batching, measured in
+     this process on the same checkpoint: the rows per second of a --streams-row decode step over a 1-row one;
+  2. liveness: the slowest of /health probes (every 20 ms) while a --prefill-tokens-token prompt prefills;
+  3. prefix cache: time to first token of a chat request with a --system-tokens-token system prompt, then of a
+     second request sharing that system prompt with another user message; and /metrics' prefix-cache hits.
+
+    luajit tests/server/bench.lua [--streams 16] [--tokens 128] [--prefill-tokens 4000] [--system-tokens 1000]
+                                  [--server-arg ARG ...] [--json]
+
+It starts scripts/serve.lua itself on a free port. Prints a table; --json adds a JSON line.
+]==]
+local script = arg and arg[0] or "tests/server/bench.lua"
+local dir = script:match("^(.*)/[^/]*$") or "."
+package.path = dir .. "/../../lua/?.lua;" .. dir .. "/../../lua/?/init.lua;" .. dir .. "/../lua/?.lua;" .. package.path
+
+local cli = require("glm53.util.cli")
+local args = cli.parse_or_exit(arg, {
+    prog = "bench.lua",
+    usage = "luajit tests/server/bench.lua [--streams 16] [--tokens 128] [options]",
+    options = {
+        { "streams", type = "integer", min = 1, default = 16 },
+        { "tokens", type = "integer", min = 1, default = 128, help = "tokens per throughput request" },
+        { "reps", type = "integer", min = 1, default = 3 },
+        { "prefill_tokens", type = "integer", min = 1, default = 4000 },
+        { "system_tokens", type = "integer", min = 1, default = 1000 },
+        { "server_arg", list = true, metavar = "ARG", help = "an argument for scripts/serve.lua" },
+        { "json", flag = true },
+    },
+})
+
+local uv = require("luv")
+local cjson = require("cjson")
+local H = require("server_helpers")
+
+-- The engine's own batching: how many more rows per second a --streams-row decode step computes than a 1-row one.
+local function engine_batching()
+    local dir = "models/tiny"
+    for i, a in ipairs(args.server_arg) do if a == "--model" then dir = args.server_arg[i + 1] end end
+    local model = require("glm53.engine.model")
+    local m = assert(model.load(dir, {}))
+    local function step_time(n)
+        local seqs, b = {}, m:batch({ rows = math.max(n, 8), seqs = n })
+        for i = 1, n do
+            seqs[i] = assert(m:seq({ max_tokens = 512 }))
+            b:clear()
+            b:add(seqs[i], { 1, 2, 3, 4, 5, 6, 7, 8 })
+            assert(m:step(b))
+        end
+        local best = math.huge
+        for _ = 1, 5 do
+            local t0 = uv.hrtime()
+            for _ = 1, 40 do
+                b:clear()
+                for i = 1, n do b:add(seqs[i], { 5 }) end
+                assert(m:step(b))
+                for i = 1, n do assert(seqs[i]:truncate(seqs[i]:length() - 1)) end
+            end
+            best = math.min(best, (uv.hrtime() - t0) / 40 / 1e9)
+        end
+        for i = 1, n do seqs[i]:free() end
+        return best
+    end
+    local t1, tn = step_time(1), step_time(args.streams)
+    m:free()
+    return t1, tn, args.streams * t1 / tn
+end
+local step1, stepn, engine_gain = engine_batching()
+
+local srv = H.start(args.server_arg)
+uv.update_time()   -- timers count from now, not from when luv was loaded
+
+-- Runs fn(done) in the loop until done() is called.
+local function loop(fn)
+    local finished = false
+    fn(function() finished = true end)
+    while not finished do uv.run("once") end
+end
+
+local function stream_request(path, body, on_first, on_end)
+    body.stream = true
+    local t0, first = uv.hrtime(), nil
+    H.raw(srv.port, "POST", path, body, function(all)
+        if not first and all:find("data: {", 1, true) then
+            first = uv.hrtime()
+            if on_first then on_first((first - t0) / 1e9) end
+        end
+    end, function(all)
+        local text = H.dechunk(all)
+        local usage = text:match('"usage":(%b{})')
+        on_end(usage and cjson.decode(usage) or {}, (uv.hrtime() - t0) / 1e9, first and (first - t0) / 1e9, text)
+    end)
+end
+
+-- 1. Throughput
+local function throughput(n)
+    local best = 0
+    for _ = 1, args.reps do
+        local tokens, left, t0 = 0, n, uv.hrtime()
+        loop(function(done)
+            for i = 1, n do
+                stream_request("/v1/completions", { prompt = "The weather in city " .. i, max_tokens = args.tokens,
+                                                    temperature = 0, ignore_eos = true,
+                                                    stream_options = { include_usage = true } },
+                               nil, function(usage)
+                                   tokens = tokens + (usage.completion_tokens or 0)
+                                   left = left - 1
+                                   if left == 0 then done() end
+                               end)
+            end
+        end)
+        best = math.max(best, tokens / ((uv.hrtime() - t0) / 1e9))
+    end
+    return best
+end
+throughput(1)   -- warm-up
+local one = throughput(1)
+local many = throughput(args.streams)
+
+-- 2. /health during a long prefill
+local long = {}
+for i = 1, args.prefill_tokens do long[i] = (i * 7919 + 13) % 700 + 1 end
+local worst, probes, prefill_s = 0, 0, 0
+loop(function(done)
+    local finished = false
+    local t0 = uv.hrtime()
+    H.raw(srv.port, "POST", "/v1/completions", { prompt = long, max_tokens = 1, temperature = 0 }, nil, function()
+        finished = true
+        prefill_s = (uv.hrtime() - t0) / 1e9
+        done()
+    end)
+    local timer = uv.new_timer()
+    local function probe()
+        if finished then return timer:close() end
+        local p0 = uv.hrtime()
+        H.raw(srv.port, "GET", "/health", nil, nil, function(all)
+            if all:find("200 OK", 1, true) then
+                worst = math.max(worst, (uv.hrtime() - p0) / 1e6)
+                probes = probes + 1
+            end
+            if not finished then timer:start(20, 0, probe) end
+        end)
+    end
+    timer:start(20, 0, probe)
+end)
+
+-- 3. Prefix cache: two requests sharing a long system prompt
+local WORDS = { "forecast", "pressure", "humidity", "storm", "breeze", "front", "drizzle", "gust", "haze", "frost" }
+local words = {}
+local sys_tokens = 0
+while sys_tokens < args.system_tokens do
+    for _ = 1, 50 do words[#words + 1] = WORDS[(#words * 7) % #WORDS + 1] .. (#words % 13) end
+    local r = H.post(srv, "/tokenize", { messages = { { role = "system", content = table.concat(words, " ") } },
+                                         add_generation_prompt = false })
+    sys_tokens = r.json.count
+end
+local system = table.concat(words, " ")
+local hits0 = H.metric(H.metrics(srv), "vllm:prefix_cache_hits_total")
+local function ttft(user)
+    local t
+    loop(function(done)
+        stream_request("/v1/chat/completions", { messages = { { role = "system", content = system },
+                                                              { role = "user", content = user } },
+                                                 max_tokens = 1, temperature = 0 },
+                       nil, function(_, _, first) t = first; done() end)
+    end)
+    return t
+end
+local ttft_first = ttft("What is the forecast for tomorrow?")
+local ttft_second = ttft("Will it rain in the afternoon?")
+local hits = H.metric(H.metrics(srv), "vllm:prefix_cache_hits_total") - hits0
+srv.stop()
+
+local result = {
+    one_stream_tok_s = one, streams = args.streams, many_streams_tok_s = many, speedup = many / one,
+    engine_step_1_ms = step1 * 1e3, engine_step_n_ms = stepn * 1e3, engine_batching = engine_gain,
+    prefill_tokens = args.prefill_tokens, prefill_s = prefill_s, health_probes = probes, health_worst_ms = worst,
+    system_tokens = sys_tokens, ttft_first_s = ttft_first, ttft_second_s = ttft_second,
+    ttft_ratio = ttft_second / ttft_first, prefix_cache_hit_tokens = hits,
+}
+print(string.format("throughput    1 stream %.0f tok/s, %d streams %.0f tok/s: %.2fx (the engine alone: a 1-row " ..
+                    "decode step %.3f ms, a %d-row one %.3f ms: %.2fx the rows per second)", one, args.streams, many,
+                    result.speedup, step1 * 1e3, args.streams, stepn * 1e3, engine_gain))
+print(string.format("liveness      %d-token prefill %.2f s: %d /health probes, slowest %.1f ms", args.prefill_tokens,
+                    prefill_s, probes, worst))
+print(string.format("prefix cache  %d-token system prompt: TTFT %.3f s, then %.3f s with it cached (%.2f); " ..
+                    "%d prompt tokens hit", sys_tokens, ttft_first, ttft_second, result.ttft_ratio, hits))
+if args.json then print(cjson.encode(result)) end
