@@ -1,8 +1,8 @@
 -- The generation driver in rounds mode (what the server runs): prefill chunks ride in the rounds next to decode
 -- rows, streams carry their own sampling, policy and depth, start from prefixes kept with d:snapshot at a
--- boundary, report logprobs and prompt logprobs, end early with d:finish, and every step can go through a caller's
--- step function (the server's async one). Each is checked against the synchronous driver or plain greedy decoding,
--- token for token.
+-- boundary, report logprobs and prompt logprobs and what the research capture recorded, end early with d:finish,
+-- and every step can go through a caller's step function (the server's async one). Each is checked against the
+-- synchronous driver, plain greedy decoding or a one-pass prefill, token for token.
 local ffi = require("ffi")
 local uv = require("luv")
 local model = require("glm53.engine.model")
@@ -202,6 +202,37 @@ describe("driver, prefill = 'rounds'", function()
         for i, s in ipairs(streams) do assert.are.same(refs[i], s.generated) end
         assert.is_true(ticks > 0)
         d:free()
+    end)
+
+    it("capture: the routed experts and selected positions of the rows that chose each token, in every mode", function()
+        local capture = { experts = true, selection = true }
+        for _, dopts in ipairs({ { k = 0 }, { k = 2 }, { k = 2, max_seqs = 2, chunk = 16, prefill = "rounds" } }) do
+            local streams = run(m, dopts, { { prompts[3], { max_new = N_NEW, capture = capture } },
+                                            dopts.prefill and { prompts[2], { max_new = N_NEW } } or nil })
+            local s = streams[1]
+            assert.are.same(refs[3], s.generated)
+            local experts, selection = h.capture_reference(m, prompts[3], s.generated)
+            assert.are.equal(3, #experts[1])          -- models/tiny: 3 MoE layers, top 2
+            assert.are.equal(2, #experts[1][1])
+            assert.are.equal(1, #selection[1])        -- and one sparse layer
+            assert.are.same(experts, s.routed_experts, "k = " .. dopts.k)
+            assert.are.same(selection, s.indexer_topk, "k = " .. dopts.k)
+            if streams[2] then assert.is_nil(streams[2].routed_experts) end
+        end
+        -- a stream forked from a prefix captures what the prefix's sequence records
+        local d = assert(driver.new(m, { k = 1 }))
+        local pre = assert(d:prefix(prompts[3], { capture = capture }))
+        local s = assert(d:add(pre, { max_new = N_NEW, capture = capture }))
+        assert(d:run())
+        local experts, selection = h.capture_reference(m, prompts[3], s.generated)
+        assert.are.same(experts, s.routed_experts)
+        assert.are.same(selection, s.indexer_topk)
+        local plain = assert(d:prefix(prompts[2]))
+        assert.has_error(function() d:add(plain, { capture = capture }) end,
+                         "driver:add: the prefix was made without the capture this stream asks for")
+        assert.has_error(function() d:add({ 1, 2 }, { capture = { pools = true } }) end,
+                         "driver:add: unknown capture option 'pools'")
+        pre:free(); plain:free(); d:free()
     end)
 
     it("max_new = 0 computes prompt logprobs only; a failed sequence start ends the stream with its error", function()

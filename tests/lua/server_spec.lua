@@ -2,11 +2,13 @@
 -- the bundled model: routes and wire formats through curl; greedy and seeded outputs against scripts/generate.lua
 -- (token ids); stop strings split across tokens, streamed and not; logprobs, echo and prompt logprobs; n; tool
 -- calls and reasoning (driven by a scripted policy, tests/server/test_app.lua); Anthropic messages; images;
--- speculative decoding; every bad input with its 4xx JSON error and a normal request after it; the API key;
--- the queue limit; disconnects mid-stream; prefix-cache hits. (/health during a long prefill: server_load_spec.)
+-- speculative decoding; the routed experts and indexer selections of research capture against an in-process run;
+-- every bad input with its 4xx JSON error and a normal request after it; the API key; the queue limit;
+-- disconnects mid-stream; prefix-cache hits. (/health during a long prefill: server_load_spec.)
 local cjson = require("cjson")
 local uv = require("luv")
 local H = require("server_helpers")
+local h = require("spec_helpers")
 
 local USER = { { role = "user", content = "Tell me about the weather." } }
 local SYSTEM = { { role = "system", content = "You are a helpful assistant who answers briefly." },
@@ -137,6 +139,60 @@ describe("server", function()
             assert.are.same(base.json.choices[1].token_ids, r.json.choices[1].token_ids)
         end
         assert.is_true(H.metric(H.metrics(srv), "vllm:spec_decode_num_drafts_total") > before)
+    end)
+
+    it("return_routed_experts / return_indexer_topk equal an in-process run of the same prompt with capture", function()
+        local m = assert(require("glm53.engine.model").load("models/tiny", { threads = 1 }))
+        local capture = { return_routed_experts = true, return_indexer_topk = true, return_token_ids = true,
+                          temperature = 0, max_tokens = 12 }
+        local function with(fields)
+            local body = {}
+            for k, v in pairs(capture) do body[k] = v end
+            for k, v in pairs(fields) do body[k] = v end
+            return body
+        end
+        -- chat (SYSTEM's prompt is in the prefix cache by now: a capturing request must not fork it), plain and
+        -- speculative, then streamed: the choice's last chunk carries both lists
+        for _, speculative in ipairs({ 0, 2 }) do
+            local r = chat(srv, with({ messages = SYSTEM, speculative = speculative }))
+            assert.are.equal(200, r.status, r.body)
+            local ch = r.json.choices[1]
+            local experts, selection = h.capture_reference(m, r.json.prompt_token_ids, ch.token_ids)
+            assert.are.equal(#ch.token_ids, #ch.routed_experts)
+            assert.are.same(experts, ch.routed_experts)
+            assert.are.same(selection, ch.indexer_topk)
+            assert.are.equal(3, #ch.routed_experts[1])      -- models/tiny: 3 MoE layers of top-2 routing
+            assert.are.equal(2, #ch.routed_experts[1][1])
+            assert.are.equal(1, #ch.indexer_topk[1])        -- and one sparse layer
+        end
+        local s = chat(srv, with({ messages = USER, stream = true }))
+        local last
+        for _, d in ipairs(H.sse(s.body)) do
+            if d ~= "[DONE]" then
+                for _, c in ipairs(cjson.decode(d).choices) do
+                    if c.routed_experts then
+                        assert.is_nil(last, "only the finish chunk carries them")
+                        last = c
+                    end
+                end
+            end
+        end
+        assert.are.equal("length", last.finish_reason)
+        local plain = chat(srv, with({ messages = USER }))
+        local experts, selection = h.capture_reference(m, plain.json.prompt_token_ids, plain.json.choices[1].token_ids)
+        assert.are.same(experts, last.routed_experts)
+        assert.are.same(selection, last.indexer_topk)
+        -- completions: a prompt of ids, only the routed experts asked for
+        local prompt_ids = { 5, 6, 7, 8, 9, 10, 11 }
+        local c = H.post(srv, "/v1/completions", with({ prompt = prompt_ids, return_indexer_topk = false }))
+        assert.are.equal(200, c.status, c.body)
+        experts = h.capture_reference(m, prompt_ids, c.json.choices[1].token_ids)
+        assert.are.same(experts, c.json.choices[1].routed_experts)
+        assert.is_nil(c.json.choices[1].indexer_topk)
+        -- off by default, and a boolean
+        assert.is_nil(chat(srv, { messages = USER, max_tokens = 2 }).json.choices[1].routed_experts)
+        assert.are.equal(400, chat(srv, { messages = USER, return_routed_experts = "yes" }).status)
+        m:free()
     end)
 
     it("completions: text, echo with prompt logprobs, max_tokens = 0, a list of prompts", function()

@@ -23,6 +23,46 @@ function M.greedy(m, prompt, n)
     return out
 end
 
+-- What research capture records for generated tokens, by an independent route: one prefill of prompt and
+-- output on a capturing sequence, read at the row that chose each token (the row of the token before it, #prompt
+-- - 2 + i for token i). Returns experts[i] (expert ids per MoE layer, layer order) and selection[i] (attended
+-- positions per sparse layer with its own indexer, -1 padding dropped): the shapes of the driver's
+-- s.routed_experts and s.indexer_topk and of the server's routed_experts and indexer_topk.
+function M.capture_reference(m, prompt, generated)
+    local cfg = m.config.text
+    local all = {}
+    for _, id in ipairs(prompt) do all[#all + 1] = id end
+    for _, id in ipairs(generated) do all[#all + 1] = id end
+    local seq = assert(m:seq({ max_tokens = #all, capture = { experts = true, selection = true } }))
+    local b = m:batch({ rows = #all, seqs = 1 })
+    b:add(seq, all, "last")
+    assert(m:step(b))
+    local experts, selection = {}, {}
+    for i = 1, #generated do
+        local row = #prompt - 2 + i
+        experts[i], selection[i] = {}, {}
+        for layer = 0, cfg.num_hidden_layers - 1 do
+            if cfg.mlp_types[layer] == 1 then   -- MoE
+                local cap = assert(seq:captured_experts(layer))
+                local ids = {}
+                for e = 0, cap.k - 1 do ids[e + 1] = cap.ids[row * cap.k + e] end
+                experts[i][#experts[i] + 1] = ids
+            end
+            if cfg.layer_types[layer] == 1 and cfg.indexer_types[layer] == 0 then   -- sparse MLA, full indexer
+                local sel = assert(seq:captured_selection(layer))
+                local at = {}
+                for e = 0, sel.width - 1 do
+                    local q = sel.positions[row * sel.width + e]
+                    if q >= 0 then at[#at + 1] = q end
+                end
+                selection[i][#selection[i] + 1] = at
+            end
+        end
+    end
+    seq:free()
+    return experts, selection
+end
+
 -- Index of the first difference of two arrays, or nil when equal (lengths included).
 function M.first_diff(a, b)
     for i = 1, math.max(#a, #b) do

@@ -31,6 +31,19 @@ local M = {}
 local Seq = {}
 Seq.__index = Seq
 
+-- The glm53_capture_flags of a capture option ({ experts = bool, selection = bool }, or nil: 0). A bad option
+-- raises `where`: ... at `level` (glm53.generation.driver checks its streams' options with it too).
+function M.capture_flags(cap, where, level)
+    if cap == nil then return 0 end
+    if type(cap) ~= "table" then error(where .. ": capture must be a table { experts = bool, selection = bool }", level) end
+    for k in pairs(cap) do
+        if k ~= "experts" and k ~= "selection" then
+            error(where .. ": unknown capture option '" .. tostring(k) .. "'", level)
+        end
+    end
+    return (cap.experts and C.GLM53_CAPTURE_EXPERTS or 0) + (cap.selection and C.GLM53_CAPTURE_SELECTION or 0)
+end
+
 -- A new sequence of model m (a glm53.engine.model Model) whose C handle is model_h; Model:seq calls this.
 -- opts: max_tokens (default 4096), max_rollback (default 16), capture ({ experts = bool, selection = bool }).
 function M.create(m, model_h, opts)
@@ -38,14 +51,7 @@ function M.create(m, model_h, opts)
     local p = C.glm53_seq_default_params()
     if opts.max_tokens ~= nil then p.max_tokens = opts.max_tokens end
     if opts.max_rollback ~= nil then p.max_rollback = opts.max_rollback end
-    if opts.capture ~= nil then
-        local cap = opts.capture
-        if type(cap) ~= "table" then error("seq: capture must be a table { experts = bool, selection = bool }", 3) end
-        for k in pairs(cap) do
-            if k ~= "experts" and k ~= "selection" then error("seq: unknown capture option '" .. tostring(k) .. "'", 3) end
-        end
-        p.capture = (cap.experts and C.GLM53_CAPTURE_EXPERTS or 0) + (cap.selection and C.GLM53_CAPTURE_SELECTION or 0)
-    end
+    p.capture = M.capture_flags(opts.capture, "seq", 4)
     local out = ffi.new("glm53_seq *[1]")
     local ok, err = core.check(C.glm53_seq_create(model_h, p, out))
     if not ok then return nil, err end

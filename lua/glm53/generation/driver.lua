@@ -70,6 +70,13 @@ batch:add_embedded does; the last prompt row must be a token. MTP drafting sees 
 rows (their hidden states are the target's, which did see the image), which can only lower acceptance: the
 output is still exactly the target's.
 
+Research capture: d:add (and d:prefix) opts.capture = { experts = true, selection = true } makes the stream's
+sequence record routing and selection (glm53.engine.seq); as tokens are committed, the records of the row that
+chose generated token i (the position of the token before it) are copied out: s.routed_experts[i] (one array of
+expert ids per MoE layer, in layer order, best first) and s.indexer_topk[i] (one array of attended positions per
+sparse MLA layer with its own indexer, in layer order; the -1 padding dropped). A stream forked from a prefix
+captures what the prefix's sequence does.
+
 Serving (a luv loop; glm53.server.scheduler):
   - opts.step(batch, mtp_opts) runs every step instead of Model:step / Model:mtp_step (mtp_opts = {mtp_layer,
     hidden_in} for an MTP step, nil otherwise) and returns ok, err: a server submits the step to the model's
@@ -87,8 +94,10 @@ k = 0 runs plain decoding through the same loop (no MTP work; any checkpoint). A
 failures (no MTP layer for k > 0, a NaN logit, a backend error) return nil, err, and leave the streams of a
 failed round unusable: free the driver.
 ]]
+local bit = require("bit")
 local core = require("glm53.ffi.core")
 local sampler_mod = require("glm53.engine.sampler")
+local seq_mod = require("glm53.engine.seq")
 local ffi, C = core.ffi, core.C
 local log = math.log
 
@@ -321,6 +330,61 @@ function Driver:_logprob(row, id, top)
 end
 
 ---------------------------------------------------------------------------------------------------------------
+-- Research capture
+---------------------------------------------------------------------------------------------------------------
+-- The main layers whose capture a stream copies out: MoE layers (routed experts) and sparse MLA layers with their
+-- own indexer (selected positions; a "shared" indexer records nothing), in layer order.
+local function capture_layers(m)
+    local t = m.config.text
+    local moe, sparse = {}, {}
+    for l = 0, t.num_hidden_layers - 1 do
+        if t.mlp_types[l] == C.GLM53_MLP_MOE then moe[#moe + 1] = l end
+        if t.layer_types[l] == C.GLM53_LAYER_SPARSE_MLA and t.indexer_types[l] == C.GLM53_INDEXER_FULL then
+            sparse[#sparse + 1] = l
+        end
+    end
+    return { routed_experts = moe, indexer_topk = sparse }
+end
+
+-- What a stream's list holds per token and layer: the row of a layer's record (values, row width).
+local CAPTURE_READERS = {
+    routed_experts = function(seq, layer)
+        local cap = assert(seq:captured_experts(layer))
+        return cap.ids, cap.k
+    end,
+    indexer_topk = function(seq, layer)
+        local sel = assert(seq:captured_selection(layer))
+        return sel.positions, sel.width
+    end,
+}
+
+-- Copies what s's sequence recorded at the rows that chose generated tokens from .. to (token i: row
+-- prompt_len - 2 + i, 0-based) into s.routed_experts and s.indexer_topk (see the header). Called right after the
+-- step that computed those rows, before any other step includes the sequence.
+function Driver:_copy_capture(s, from, to)
+    self.capture_layers = self.capture_layers or capture_layers(self.m)
+    local row0 = s.prompt_len - 1
+    for field, read in pairs(CAPTURE_READERS) do
+        local list = s[field]
+        if list then
+            for i = from, to do list[i] = {} end
+            for j, layer in ipairs(self.capture_layers[field]) do
+                local values, width = read(s.seq, layer)
+                for i = from, to do
+                    local at, row = (row0 + i - 1) * width, {}
+                    for e = 0, width - 1 do
+                        local v = values[at + e]
+                        if v < 0 then break end   -- -1 pads a selection, and marks an unused expert slot
+                        row[e + 1] = v
+                    end
+                    list[i][j] = row
+                end
+            end
+        end
+    end
+end
+
+---------------------------------------------------------------------------------------------------------------
 -- Ending streams
 ---------------------------------------------------------------------------------------------------------------
 -- Drops done streams from the active set: their statistics go into the driver's totals, their caches are freed.
@@ -445,8 +509,9 @@ local function prompt_media(opts, n, what)
     return { embeddings = opts.embeddings, use = opts.use }
 end
 
--- A stream object for prompt (before its sequence exists). k: its drafts per round.
-local function new_stream(self, prompt, k, capacity)
+-- A stream object for prompt (before its sequence exists). k: its drafts per round; capture: the
+-- glm53_capture_flags its sequence records.
+local function new_stream(self, prompt, k, capacity, capture)
     local all = {}
     for i, id in ipairs(prompt) do
         if type(id) ~= "number" or id < 0 or id >= self.V or id ~= math.floor(id) then
@@ -455,7 +520,7 @@ local function new_stream(self, prompt, k, capacity)
         all[i] = id
     end
     return setmetatable({
-        driver = self, all = all, prompt_len = #prompt, capacity = capacity, k = k,
+        driver = self, all = all, prompt_len = #prompt, capacity = capacity, k = k, capture = capture,
         layers = math.min(k, self.n_mtp),        -- MTP layers this stream keeps in step
         n_fill = #prompt - 1,                     -- target rows prefill feeds
         L = 0,                                    -- target length: every committed token but the pending last
@@ -482,7 +547,9 @@ function Driver:_start(s)
             end
         end
     else
-        seq, err = self.m:seq({ max_tokens = s.capacity, max_rollback = self.k + 1 })
+        seq, err = self.m:seq({ max_tokens = s.capacity, max_rollback = self.k + 1,
+                                capture = { experts = bit.band(s.capture, C.GLM53_CAPTURE_EXPERTS) ~= 0,
+                                            selection = bit.band(s.capture, C.GLM53_CAPTURE_SELECTION) ~= 0 } })
     end
     if not seq then return nil, err end
     s.seq = seq
@@ -491,11 +558,11 @@ function Driver:_start(s)
 end
 
 -- A prefix of `prompt` holding the cache of prefix `old` (old is left without a cache), or nil when it cannot be
--- reused - the prompt needs more capacity than old's cache has, or differs further back than the cache can be
--- rolled back (then old is unchanged).
-function Driver:_take_over(old, prompt, capacity)
-    if capacity > old.capacity then return nil end
-    local s = new_stream(self, prompt, old.k, old.capacity)
+-- reused - the prompt needs more capacity or capture than old's cache has, or differs further back than the cache
+-- can be rolled back (then old is unchanged).
+function Driver:_take_over(old, prompt, capacity, capture)
+    if capacity > old.capacity or bit.band(old.capture, capture) ~= capture then return nil end
+    local s = new_stream(self, prompt, old.k, old.capacity, old.capture)
     local n, limit = 0, math.min(old.L, s.n_fill)
     while n < limit and old.all[n + 1] == s.all[n + 1] do n = n + 1 end
     local L, hid_n = old.L, old.hid_n
@@ -516,8 +583,8 @@ end
 -- A prefilled prompt that several streams can start from (d:add(prefix, ...) forks it): n samples of one
 -- prompt, or a shared system prompt. opts: max_new (bounds the streams made from it; default 256), capacity
 -- (positions of its cache; default prompt + max_new + k + 1), from (a prefix whose cache to take over),
--- embeddings and use (embedding rows). The prefix's `reused` is the number of positions taken over. Synchronous
--- (prefill = "sync").
+-- embeddings and use (embedding rows), capture (what its sequence records, for the streams forked from it). The
+-- prefix's `reused` is the number of positions taken over. Synchronous (prefill = "sync").
 function Driver:prefix(prompt, opts)
     if type(prompt) ~= "table" or #prompt < 1 then error("driver:prefix: prompt must be a non-empty array of ids", 2) end
     if self.rounds then error("driver:prefix: a rounds-mode driver keeps prefixes with d:snapshot", 2) end
@@ -528,6 +595,7 @@ function Driver:prefix(prompt, opts)
         error("driver:prefix: capacity must hold the prompt and at least one new token", 2)
     end
     local media = prompt_media(opts, #prompt, "driver:prefix")
+    local capture = seq_mod.capture_flags(opts.capture, "driver:prefix", 3)
     local s, ok, err
     local from = opts.from
     if from ~= nil then
@@ -535,10 +603,10 @@ function Driver:prefix(prompt, opts)
             error("driver:prefix: opts.from must be a prefix of this driver", 2)
         end
         if not from.seq then error("driver:prefix: opts.from has no cache (freed, or taken over already)", 2) end
-        s = self:_take_over(from, prompt, capacity)
+        s = self:_take_over(from, prompt, capacity, capture)
     end
     if not s then
-        s = new_stream(self, prompt, self.k, capacity)
+        s = new_stream(self, prompt, self.k, capacity, capture)
         s.reused = 0
         ok, err = self:_start(s)
         if not ok then return nil, err end
@@ -558,7 +626,7 @@ function Driver:snapshot(s)
     if not seq then return nil, err end
     local all = {}
     for i = 1, s.L do all[i] = s.all[i] end
-    local pre = new_stream(self, all, s.k, s.capacity)
+    local pre = new_stream(self, all, s.k, s.capacity, s.capture)
     pre.is_prefix, pre.pins, pre.seq, pre.L = true, 0, seq, s.L
     if s.k > 0 and s.hid_n > 0 then
         ffi.copy(pre.hid, s.hid, s.hid_n * self.D * 4)
@@ -570,13 +638,14 @@ end
 -- Stream options a caller may set per stream (d:add).
 local ADD_KEYS = { max_new = true, seed = true, stop_ids = true, sampling = true, policy = true, draft = true,
                    k = true, capacity = true, prefix = true, boundary = true, on_boundary = true, logprobs = true,
-                   prompt_logprobs = true, embeddings = true, use = true }
+                   prompt_logprobs = true, embeddings = true, use = true, capture = true }
 
 -- Starts a stream from a prompt (array of ids) or a prefix. opts: max_new (default 256; 0 with prefill =
 -- "rounds": prompt logprobs only), seed (of the stream's sampler; default the sampling seed), stop_ids (array),
 -- sampling, policy, draft, k (per stream; default the driver's), capacity (tokens its sequence reserves;
--- default prompt + max_new + k + 1), prefix, embeddings and use (embedding rows of the prompt, as d:prefix); and
--- with prefill = "rounds" boundary, on_boundary, logprobs and prompt_logprobs (see the header).
+-- default prompt + max_new + k + 1), prefix, embeddings and use (embedding rows of the prompt, as d:prefix),
+-- capture (a table of glm53.engine.seq capture options); and with prefill = "rounds" boundary, on_boundary,
+-- logprobs and prompt_logprobs (see the header).
 function Driver:add(prompt, opts)
     opts = opts or {}
     for key in pairs(opts) do
@@ -598,6 +667,7 @@ function Driver:add(prompt, opts)
             if opts[key] ~= nil then error("driver:add: " .. key .. " needs a driver made with prefill = 'rounds'", 2) end
         end
     end
+    local capture = seq_mod.capture_flags(opts.capture, "driver:add", 3)
     local pre = opts.prefix
     if getmetatable(prompt) == Stream and prompt.is_prefix then pre, prompt = prompt, prompt.all end
     if type(prompt) ~= "table" or #prompt < 1 then error("driver:add: prompt must be a non-empty array of ids", 2) end
@@ -613,14 +683,17 @@ function Driver:add(prompt, opts)
         if k > 0 and pre.layers < math.min(k, self.n_mtp) then
             error("driver:add: the prefix was made without the MTP layers this stream drafts with", 2)
         end
-        capacity = pre.capacity
+        if bit.band(pre.capture, capture) ~= capture then
+            error("driver:add: the prefix was made without the capture this stream asks for", 2)
+        end
+        capacity, capture = pre.capacity, pre.capture
         if #prompt + max_new + k + 1 > capacity then
             error("driver:add: max_new " .. max_new .. " exceeds what the prefix was made for", 2)
         end
     end
     local media = prompt_media(opts, #prompt, "driver:add")
 
-    local s = new_stream(self, prompt, k, capacity)
+    local s = new_stream(self, prompt, k, capacity, capture)
     s.max_new = max_new
     s.generated = {}
     s.stop = {}
@@ -643,6 +716,8 @@ function Driver:add(prompt, opts)
     s.done = false
     s.boundary, s.on_boundary = opts.boundary, opts.on_boundary
     s.media = media
+    if bit.band(capture, C.GLM53_CAPTURE_EXPERTS) ~= 0 then s.routed_experts = {} end
+    if bit.band(capture, C.GLM53_CAPTURE_SELECTION) ~= 0 then s.indexer_topk = {} end
     for _, key in ipairs({ "logprobs", "prompt_logprobs" }) do
         local n = opts[key]
         if n ~= nil and (type(n) ~= "number" or n < 0 or n > M.MAX_LOGPROBS or n % 1 ~= 0) then
@@ -979,6 +1054,7 @@ function Driver:_verified(s, off)
         s.hid_n = committed
     end
     s.L = new_L
+    if s.capture ~= 0 and committed > 0 then self:_copy_capture(s, #s.generated - committed + 1, #s.generated) end
     return committed
 end
 

@@ -26,8 +26,9 @@ run.prompt_logprobs lists the prompt's entries (the first is nil) when prompt_lo
 
 Other request fields: media and boundary go to the scheduler (glm53.server.scheduler), k / new_policy / new_draft
 per choice (speculative decoding, a Lua policy, a draft policy), skip_special_tokens (default true), prompt_logprobs
-(top alternatives per prompt token). Choice i samples with seed + i - 1, as vLLM's n > 1 does. Returns run, or nil,
-message, status (429 when the queue is full).
+(top alternatives per prompt token), capture ({experts, selection}: the research capture of glm53.generation.driver;
+run.job.streams[i].routed_experts / .indexer_topk hold it per generated token). Choice i samples with seed + i - 1,
+as vLLM's n > 1 does. Returns run, or nil, message, status (429 when the queue is full).
 ]]
 local parsers = require("glm53.chat.parsers")
 local tokenizer = require("glm53.engine.tokenizer")
@@ -181,6 +182,7 @@ function M.start(app, g)
         choices[i] = {
             max_new = g.max_tokens, seed = g.seed and g.seed + i - 1 or nil, sampling = g.sampling,
             stop_ids = g.stop_ids, k = g.k, new_policy = g.new_policy, new_draft = g.new_draft, logprobs = g.logprobs,
+            capture = g.capture,
         }
     end
     local job, err = app.scheduler:submit({

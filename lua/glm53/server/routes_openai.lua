@@ -10,8 +10,11 @@ glm53.server.routes_openai - the OpenAI-compatible routes (and vLLM's tokenizer 
 
 Fields beyond OpenAI's follow vLLM's extensions: top_k, min_p, repetition_penalty, stop_token_ids, ignore_eos,
 skip_special_tokens, prompt_logprobs, return_token_ids, chat_template_kwargs ({enable_thinking, reasoning_effort,
-clear_thinking}); and glm53's own: policy (a Lua sampling policy by name) and speculative (MTP draft depth, or
-{"k": K, "draft": name}). The generation itself is glm53.server.generation's, shared with the Anthropic route.
+clear_thinking}); LMDeploy's return_routed_experts (a choice's routed_experts: [token][MoE layer][expert id]) and,
+named after it, return_indexer_topk (a choice's indexer_topk: [token][sparse layer][attended position]), in the
+last streamed chunk of a choice; and glm53's own: policy (a Lua sampling policy by name) and speculative (MTP
+draft depth, or {"k": K, "draft": name}). The generation itself is glm53.server.generation's, shared with the
+Anthropic route.
 ]]
 local json = require("glm53.chat.json")
 local params = require("glm53.server.params")
@@ -51,6 +54,26 @@ local function token_ids(list, from)
     local out = array({})
     for i = from or 1, #list do out[#out + 1] = list[i] end
     return out
+end
+
+-- return_routed_experts and return_indexer_topk: the research capture (glm53.generation.driver) of every choice.
+local function read_capture(body, g)
+    local experts = params.boolean(body, "return_routed_experts", { default = false })
+    local selection = params.boolean(body, "return_indexer_topk", { default = false })
+    if experts or selection then g.capture = { experts = experts, selection = selection } end
+end
+
+-- Adds what choice stream s captured for its first n tokens (those the response counts) to the choice object ch.
+local function add_capture(ch, s, n)
+    for key, list in pairs({ routed_experts = s.routed_experts, indexer_topk = s.indexer_topk }) do
+        local per_token = array({})
+        for i = 1, n do
+            local layers = array({})
+            for j, ids in ipairs(list[i]) do layers[j] = array(ids) end
+            per_token[i] = layers
+        end
+        ch[key] = per_token
+    end
 end
 
 ---------------------------------------------------------------------------------------------------------------
@@ -99,6 +122,7 @@ local function chat_completions(req, res, app)
     local effort = params.string(body, "reasoning_effort") or params.value(kwargs, "reasoning_effort")
     local thinking = params.value(kwargs, "enable_thinking") ~= false and params.value(kwargs, "thinking") ~= false
     local g = params.generation(app, body)
+    read_capture(body, g)
     local want_lp = params.boolean(body, "logprobs", { default = false })
     local top = params.integer(body, "top_logprobs", { min = 0, max = 20 })
     if top and not want_lp then params.fail(400, "'top_logprobs' needs 'logprobs': true", "top_logprobs") end
@@ -132,6 +156,7 @@ local function chat_completions(req, res, app)
             choice.delta = {}
             choice.finish_reason = ev.reason
             choice.stop_reason = ev.stop or null
+            if g.capture then add_capture(choice, run.job.streams[ev.index + 1], ev.tokens) end
         else
             local delta = {}
             if ev.first then delta.role, delta.content = "assistant", "" end
@@ -174,6 +199,7 @@ local function chat_completions(req, res, app)
                 ch.token_ids = token_ids(run.job.streams[i].generated)
                 for t = #ch.token_ids, c.tokens + 1, -1 do ch.token_ids[t] = nil end
             end
+            if g.capture then add_capture(ch, run.job.streams[i], c.tokens) end
             choices[i] = ch
         end
         local out = { id = id, object = "chat.completion", created = created, model = model, choices = choices,
@@ -253,6 +279,7 @@ local function completions(req, res, app)
     local lp = params.integer(body, "logprobs", { min = 0, max = 20 })
     local plp = params.integer(body, "prompt_logprobs", { min = 0, max = 20 })
     local g0 = params.generation(app, body, { min_max_tokens = 0, max_tokens_keys = { "max_tokens" } })
+    read_capture(body, g0)
     if g0.max_tokens == 0 and not echo then
         params.fail(400, "'max_tokens' = 0 needs 'echo': true (prompt logprobs only)", "max_tokens")
     end
@@ -318,6 +345,7 @@ local function completions(req, res, app)
                     for t = #ch.token_ids, c.tokens + 1, -1 do ch.token_ids[t] = nil end
                     ch.prompt_token_ids = token_ids(prompts[pi].ids)
                 end
+                if g0.capture then add_capture(ch, run.job.streams[ci], c.tokens) end
                 choices[#choices + 1] = ch
             end
         end
@@ -351,6 +379,7 @@ local function completions(req, res, app)
             local choice = { index = index, text = "", logprobs = null, finish_reason = null }
             if ev.type == "finish" then
                 choice.finish_reason, choice.stop_reason = ev.reason, ev.stop or null
+                if g0.capture then add_capture(choice, run.job.streams[ev.index + 1], ev.tokens) end
                 -- max_tokens = 0: the echo (and prompt logprobs) come with the finish
                 if not offsets[ev.index] and echo then
                     choice.text = texts[pi]

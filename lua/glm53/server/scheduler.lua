@@ -10,7 +10,8 @@ prefix caching through forks of dedicated prefix sequences (glm53.server.prefix_
         boundary = 57,                         -- optional: keep the first 57 tokens as a prefix for later requests
         media = { img },                       -- optional: glm53.engine.vision items for the <|image|> rows
         prompt_logprobs = 0,                   -- optional (the first choice computes them)
-        choices = { { max_new = 64, seed = 1, sampling = { temperature = 0.8 }, stop_ids = { 154820 } } },
+        choices = { { max_new = 64, seed = 1, sampling = { temperature = 0.8 }, stop_ids = { 154820 },
+                      capture = { experts = true } } },     -- capture: s.routed_experts, s.indexer_topk (driver)
         on_tokens = function(job, i, s, from, to) ... end,   -- s.generated[from .. to] are new, s.logprobs too
         on_finish = function(job, i, s) ... end,             -- s.finish_reason
         on_done = function(job) ... end,
@@ -263,7 +264,8 @@ function Sched:_start(job)
     for i, c in ipairs(req.choices) do
         local k = c.k or 0
         local layers = math.min(k, n_mtp)
-        local pre = not emb and self.cache:lookup(ids, layers) or nil
+        -- (a capturing stream neither forks a cached prefix, which records nothing, nor leaves one)
+        local pre = not emb and not c.capture and self.cache:lookup(ids, layers) or nil
         if self.mx then
             self.mx.queries:inc(#ids)
             if pre then
@@ -275,10 +277,11 @@ function Sched:_start(job)
             max_new = c.max_new, seed = c.seed, stop_ids = c.stop_ids, sampling = c.sampling, k = k,
             policy = c.new_policy and c.new_policy() or nil, draft = c.new_draft and c.new_draft() or nil,
             capacity = self.capacity, prefix = pre, logprobs = c.logprobs,
-            prompt_logprobs = i == 1 and req.prompt_logprobs or nil, embeddings = emb, use = use,
+            prompt_logprobs = i == 1 and req.prompt_logprobs or nil, embeddings = emb, use = use, capture = c.capture,
         }
         local b = req.boundary
-        if i == 1 and b and not emb and b <= #ids - 1 and (not pre or pre.L < b) and not self.cache:has(ids, b, layers) then
+        if i == 1 and b and not emb and not c.capture and b <= #ids - 1 and (not pre or pre.L < b)
+            and not self.cache:has(ids, b, layers) then
             local cache = self.cache
             opts.boundary = b
             opts.on_boundary = function(s)
