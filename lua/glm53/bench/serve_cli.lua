@@ -369,7 +369,7 @@ end
 function M.main(argv, name)
     name = name or "bench_serve.lua"
     local args = cli.parse_or_exit(split_goodput(argv), {
-        prog = name, usage = "luajit scripts/" .. name .. " " .. M.USAGE,
+        prog = name, usage = (name:find(" ") and name or "luajit scripts/" .. name) .. " " .. M.USAGE,
         summary = "A serving load generator with vLLM's definitions (TTFT, TPOT, ITL, E2EL, goodput), sweeps and " ..
                   "paired A/B runs; docs/benchmarking.md.",
         options = M.OPTIONS,
