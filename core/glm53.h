@@ -287,12 +287,18 @@ GLM53_API glm53_status glm53_model_rank_info(const glm53_model *model, int32_t r
 
 GLM53_API glm53_status glm53_seq_create(glm53_model *model, const glm53_seq_params *params, glm53_seq **out);
 /* A new sequence holding the first n_tokens of src (prefix reuse). n_tokens may be any length from
- * seq_length(src) - max_rollback to seq_length(src); earlier lengths fail with GLM53_ERR_OUT_OF_RANGE. */
-GLM53_API glm53_status glm53_seq_fork(const glm53_seq *src, int64_t n_tokens, glm53_seq **out);
+ * seq_length(src) - max_rollback to seq_length(src); earlier lengths fail with GLM53_ERR_OUT_OF_RANGE. params:
+ * the fork's own (NULL: src's), so a prefix kept small can start a request of any size (max_tokens >=
+ * n_tokens). Only the kept positions are copied. A fork with src's max_rollback can roll back as far as src
+ * could; with another, only to n_tokens (and to 0). A fork that captures where src did not has zero capture
+ * rows for the kept positions. */
+GLM53_API glm53_status glm53_seq_fork(const glm53_seq *src, int64_t n_tokens, const glm53_seq_params *params,
+                                      glm53_seq **out);
 /* Drops the tokens after n_tokens (same range rule as fork): speculative rollback. */
 GLM53_API glm53_status glm53_seq_truncate(glm53_seq *seq, int64_t n_tokens);
 GLM53_API int64_t      glm53_seq_length(const glm53_seq *seq);
 GLM53_API int64_t      glm53_seq_capacity(const glm53_seq *seq);
+GLM53_API glm53_seq_params glm53_seq_params_get(const glm53_seq *seq);   /* what it was made with (defaults: NULL) */
 GLM53_API int64_t      glm53_seq_cache_bytes(const glm53_seq *seq);
 GLM53_API void         glm53_seq_free(glm53_seq *seq);
 

@@ -229,42 +229,95 @@ static glm53_status check_rollback(const glm53_seq *s, int64_t n_tokens, const c
     return GLM53_OK;
 }
 
-glm53_status glm53_seq_fork(const glm53_seq *src, int64_t n_tokens, glm53_seq **out) {
+/* Rows [0, n) of a cache tensor indexed by position or pool (latent, kappa, sigma, pooled) into dst's. */
+static glm53_status copy_rows(glm53_backend *be, glm53_tensor *dst, const glm53_tensor *src, int64_t n) {
+    if (!src->data || n <= 0) return GLM53_OK;
+    glm53_tensor d = glm53_tensor_rows_view(dst, 0, n), s = glm53_tensor_rows_view(src, 0, n);
+    return be->ops->copy(be, &d, &s);
+}
+
+/* Slot `from` of src's ring (states or a conv ring) into slot `to` of dst's. */
+static glm53_status copy_slot(glm53_backend *be, glm53_tensor *dst, int64_t to, const glm53_tensor *src, int64_t from) {
+    glm53_tensor d = glm53_tensor_rows_view(dst, to, 1), s = glm53_tensor_rows_view(src, from, 1);
+    return be->ops->copy(be, &d, &s);
+}
+
+/* The KDA rings of a fork at length n. Rings of the same sizes are copied whole, so the fork can roll back as
+ * far as its source; otherwise the state of length n and the conv rows of the K-1 positions before it go to
+ * their slots in the new rings, and the fork's bookkeeping says that only those are there. */
+static glm53_status fork_rings(const glm53_seq *src, glm53_seq *dst, glm53_backend *be, const layer_cache *a,
+                               layer_cache *b, int64_t n) {
+    bool same = src->ring == dst->ring && src->conv_width == dst->conv_width;
+    for (int j = 0; j < 3; j++) {
+        if (same) {
+            GLM53_TRY(be->ops->copy(be, &b->conv[j], &a->conv[j]));
+            continue;
+        }
+        int64_t K = src->model->config.text.linear_conv_kernel_dim;
+        for (int64_t pos = n - K + 1 > 0 ? n - K + 1 : 0; pos < n; pos++)
+            GLM53_TRY(copy_slot(be, &b->conv[j], pos % dst->conv_width, &a->conv[j], pos % src->conv_width));
+    }
+    if (same) return be->ops->copy(be, &b->states, &a->states);
+    return copy_slot(be, &b->states, n % dst->ring, &a->states, n % src->ring);
+}
+
+glm53_status glm53_seq_fork(const glm53_seq *src, int64_t n_tokens, const glm53_seq_params *params, glm53_seq **out) {
     if (!src || !out) return GLM53_FAIL(GLM53_ERR_INVALID_ARG, "seq_fork: src and out are required");
     *out = NULL;
     GLM53_TRY(check_rollback(src, n_tokens, "seq_fork"));
+    glm53_seq_params p = params ? *params : src->params;
+    if (p.max_tokens < n_tokens)
+        return GLM53_FAIL(GLM53_ERR_OUT_OF_RANGE, "seq_fork: the fork keeps %lld tokens, more than its max_tokens %lld",
+                          (long long)n_tokens, (long long)p.max_tokens);
     glm53_seq *dst;
-    GLM53_TRY(glm53_seq_alloc(src->model, &src->params, &dst));
+    GLM53_TRY(glm53_seq_alloc(src->model, &p, &dst));
+    const glm53_model *m = src->model;
+    const glm53_text_config *c = &m->config.text;
     int n = src->n_layers;
+    /* The MTP caches follow the main one: positions up to n_tokens - 1 pair with a known next token. */
+    for (int32_t i = 0; i < m->n_mtp; i++)
+        dst->mtp_length[i] = src->mtp_length[i] < n_tokens ? src->mtp_length[i] : n_tokens;
     glm53_status st = GLM53_OK;
-    for (int64_t i = 0; i < (int64_t)src->model->n_ranks * n && st == GLM53_OK; i++) {
-        glm53_backend *be = src->model->ranks[i / n].be;
-        layer_cache *a = &src->layers[i], *b = &dst->layers[i];
-        glm53_tensor *from[] = {&a->conv[0], &a->conv[1], &a->conv[2], &a->states, &a->latent, &a->kappa,
-                                &a->sigma, &a->pooled};
-        glm53_tensor *to[] = {&b->conv[0], &b->conv[1], &b->conv[2], &b->states, &b->latent, &b->kappa,
-                              &b->sigma, &b->pooled};
-        for (size_t i = 0; i < sizeof from / sizeof from[0] && st == GLM53_OK; i++)
-            if (from[i]->data) st = be->ops->copy(be, to[i], from[i]);
+    for (int64_t i = 0; i < (int64_t)m->n_ranks * n && st == GLM53_OK; i++) {
+        glm53_backend *be = m->ranks[i / n].be;
+        int layer = (int)(i % n);
+        const layer_cache *a = &src->layers[i];
+        layer_cache *b = &dst->layers[i];
+        if (a->states.data) {
+            st = fork_rings(src, dst, be, a, b, n_tokens);
+            continue;
+        }
+        /* Sparse MLA rows by position, pooled keys by closed pool: only the ones the fork keeps. */
+        int64_t rows = layer < c->num_hidden_layers ? n_tokens : dst->mtp_length[layer - c->num_hidden_layers];
+        st = copy_rows(be, &b->latent, &a->latent, rows);
+        if (st == GLM53_OK) st = copy_rows(be, &b->kappa, &a->kappa, rows);
+        if (st == GLM53_OK) st = copy_rows(be, &b->sigma, &a->sigma, rows);
+        if (st == GLM53_OK) st = copy_rows(be, &b->pooled, &a->pooled, rows / c->index_kpool);
     }
     if (st != GLM53_OK) {
         glm53_seq_free(dst);
         return st;
     }
-    /* The capture of the positions the fork keeps (host rows, like the caches they describe). */
-    const glm53_text_config *c = &src->model->config.text;
+    /* The capture of the positions the fork keeps (host rows, like the caches they describe), if both capture. */
     size_t k = (size_t)c->num_experts_per_tok, W = (size_t)selection_width(c), rows = (size_t)n_tokens;
     for (int l = 0; l < n; l++) {   /* rank 0's layers */
-        layer_cache *a = &src->layers[l], *b = &dst->layers[l];
-        if (a->cap_ids) memcpy(b->cap_ids, a->cap_ids, rows * k * sizeof *a->cap_ids);
-        if (a->cap_weights) memcpy(b->cap_weights, a->cap_weights, rows * k * sizeof *a->cap_weights);
-        if (a->cap_positions) memcpy(b->cap_positions, a->cap_positions, rows * W * sizeof *a->cap_positions);
+        const layer_cache *a = &src->layers[l];
+        layer_cache *b = &dst->layers[l];
+        if (a->cap_ids && b->cap_ids) memcpy(b->cap_ids, a->cap_ids, rows * k * sizeof *a->cap_ids);
+        if (a->cap_weights && b->cap_weights) memcpy(b->cap_weights, a->cap_weights, rows * k * sizeof *a->cap_weights);
+        if (a->cap_positions && b->cap_positions)
+            memcpy(b->cap_positions, a->cap_positions, rows * W * sizeof *a->cap_positions);
     }
-    memcpy(dst->state_len, src->state_len, (size_t)src->ring * sizeof *src->state_len);
-    memcpy(dst->conv_pos, src->conv_pos, (size_t)src->conv_width * sizeof *src->conv_pos);
-    /* The MTP caches follow the main one: positions up to n_tokens - 1 pair with a known next token. */
-    for (int32_t i = 0; i < src->model->n_mtp; i++)
-        dst->mtp_length[i] = src->mtp_length[i] < n_tokens ? src->mtp_length[i] : n_tokens;
+    if (src->ring == dst->ring && src->conv_width == dst->conv_width) {
+        memcpy(dst->state_len, src->state_len, (size_t)src->ring * sizeof *src->state_len);
+        memcpy(dst->conv_pos, src->conv_pos, (size_t)src->conv_width * sizeof *src->conv_pos);
+    } else {
+        /* Slot 0 keeps the empty sequence's (zero) state unless length n_tokens took it. */
+        dst->state_len[n_tokens % dst->ring] = n_tokens;
+        int64_t K = c->linear_conv_kernel_dim;
+        for (int64_t pos = n_tokens - K + 1 > 0 ? n_tokens - K + 1 : 0; pos < n_tokens; pos++)
+            dst->conv_pos[pos % dst->conv_width] = pos;
+    }
     dst->length = n_tokens;
     *out = dst;
     return GLM53_OK;
@@ -307,6 +360,7 @@ glm53_status glm53_seq_mtp_truncate(glm53_seq *seq, int32_t mtp_layer, int64_t n
 
 int64_t glm53_seq_length(const glm53_seq *seq) { return seq ? seq->length : 0; }
 int64_t glm53_seq_capacity(const glm53_seq *seq) { return seq ? seq->params.max_tokens : 0; }
+glm53_seq_params glm53_seq_params_get(const glm53_seq *seq) { return seq ? seq->params : glm53_seq_default_params(); }
 int64_t glm53_seq_cache_bytes(const glm53_seq *seq) { return seq ? seq->bytes : 0; }
 
 bool glm53_seq_is_live(const glm53_model *m, const glm53_seq *seq) {

@@ -73,13 +73,23 @@ static bool read_batch(const char *path, fixture *fx) {
     return ok;
 }
 
+/* The inputs of tests/fixtures/NAME (a failed check when they cannot be read). */
 static bool fixture_open(const char *name, fixture *fx) {
     char path[512];
     snprintf(fx->dir, sizeof fx->dir, "tests/fixtures/%s", name);
     snprintf(path, sizeof path, "%s/tokens.npy", fx->dir);
     bool ok = read_tokens(path, fx->tokens, &fx->n_tokens);
     snprintf(path, sizeof path, "%s/cache_tokens.json", fx->dir);
-    return ok && read_batch(path, fx);
+    ok = ok && read_batch(path, fx);
+    CHECK(ok, "cannot read the inputs of %s", fx->dir);
+    return ok;
+}
+
+/* The header of the results table: fixture, layout (layout_width wide), one column per mode. */
+static void print_mode_header(int layout_width) {
+    printf("%-18s %-*s", "fixture", layout_width, "layout");
+    for (int k = 0; k < MODES; k++) printf(" %10s", MODE_NAMES[k]);
+    printf("\n");
 }
 
 /* The fixture's model with these parameters, passes of step_rows (0: the backend's). */

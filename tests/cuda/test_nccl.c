@@ -43,16 +43,12 @@ int main(void) {
     if (probe != GLM53_OK) return test_finish("test_nccl");
     int gpus = 0;
     cudaGetDeviceCount(&gpus);
-    printf("NCCL %d, %d GPU(s)\n\n%-18s %-13s", version, gpus, "fixture", "layout");
-    for (int k = 0; k < MODES; k++) printf(" %10s", MODE_NAMES[k]);
-    printf("\n");
+    printf("NCCL %d, %d GPU(s)\n\n", version, gpus);
+    print_mode_header(13);
     for (size_t f = 0; f < sizeof FIXTURES / sizeof FIXTURES[0]; f++) {
         TEST_CASE(FIXTURES[f]) {
             fixture fx;
-            if (!fixture_open(FIXTURES[f], &fx)) {
-                CHECK(false, "cannot read the inputs of %s", FIXTURES[f]);
-                continue;
-            }
+            if (!fixture_open(FIXTURES[f], &fx)) continue;
             floats want[2][MODES];   /* one GPU, no communicator: [0] F32, [1] BF16 */
             bool have[2] = {false, false};
             for (int a = 0; a < 2; a++) {

@@ -153,10 +153,11 @@ describe("serve.run against a server", function()
         assert.are.equal(0, serve.metrics(r.outputs, r.duration).failed)
     end)
 
-    it("runs the command line: a concurrency sweep with goodput, and a paired A/B", function()
+    it("runs the command lines: a concurrency sweep with goodput, and a paired A/B", function()
         local dir = os.tmpname()
         os.remove(dir)
-        local p = io.popen(h.LUAJIT .. " scripts/bench_serve.lua --server " .. mock.url .. " --num-prompts 12 " ..
+        -- the sweep through `scripts/bench.lua serve` (= glm53 bench serve), the A/B through scripts/bench_serve.lua
+        local p = io.popen(h.LUAJIT .. " scripts/bench.lua serve --server " .. mock.url .. " --num-prompts 12 " ..
                            "--max-concurrency 1,2 --output-len 8 --ignore-eos --goodput ttft:5000 tpot:1000 --out " ..
                            dir .. " 2>&1; echo \"exit status $?\"")
         local out = p:read("*a")

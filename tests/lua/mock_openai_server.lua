@@ -26,14 +26,15 @@ local model = require("glm53.engine.model")
 local tokenizer = require("glm53.engine.tokenizer")
 local generator = require("glm53.eval.generator")
 
-local args = cli.parse(arg, {
+local args = cli.parse_or_exit(arg, {
+    prog = "mock_openai_server.lua",
     usage = "luajit tests/lua/mock_openai_server.lua --model DIR [--port N] [--concurrency N] [--spec-k K]",
     options = {
-        model = { required = true, metavar = "DIR" },
-        port = { type = "number", default = 0 },
-        concurrency = { type = "number", default = 4 },
-        spec_k = { type = "number", default = 0 },
-        threads = { type = "number", default = 1 },
+        { "model", required = true, metavar = "DIR" },
+        { "port", type = "integer", min = 0, default = 0 },
+        { "concurrency", type = "integer", min = 1, default = 4 },
+        { "spec_k", type = "integer", min = 0, default = 0 },
+        { "threads", type = "integer", min = 0, default = 1 },
     },
 })
 

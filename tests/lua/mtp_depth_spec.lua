@@ -17,7 +17,7 @@ describe("scripts/mtp_depth.lua", function()
                             "--draft fixed,threshold:0.05 --reps 2 --n-prompts 2 --prompt-len 6 --max-new 12 " ..
                             "--out " .. dir)
         assert.are.equal(0, rc, out)
-        assert.matches("%[20/20%] sample", out)                       -- progress: 10 configurations x 2 reps
+        assert.matches("%[20/20%] random%s+sample", out)               -- progress: 10 configurations x 2 reps
         local report = cjson.decode((assert(file.read_file(dir .. "/report.json"))))
         assert.are.equal(10, #report.rows)                 -- per mode: K=0, and K=1,3 x 2 draft policies
         local html = assert(file.read_file(dir .. "/report.html"))
@@ -27,7 +27,7 @@ describe("scripts/mtp_depth.lua", function()
             assert.matches("<polyline", svg)
         end
         assert.are.equal(2, svgs)
-        assert.matches("acceptance rate per position", html)
+        assert.matches("acceptance per draft position", html)
         assert.matches("speed%-up over K = 0", html)
         for _, row in ipairs(report.rows) do
             local cells = {}
@@ -50,6 +50,42 @@ describe("scripts/mtp_depth.lua", function()
             end
             assert.are.equal(2 * 2 * 12, c.stats.tokens)              -- reps x prompts x max_new
         end
+    end)
+
+    it("groups chat prompts of task files by family, and names the best fixed K and draft policy of each", function()
+        local task = dir .. "/task.jsonl"
+        local items = {}
+        for i, family in ipairs({ "alpha", "alpha", "beta", "beta", "alpha" }) do
+            items[i] = cjson.encode({ family = family, messages = { { role = "user", content = "question " .. i } } })
+        end
+        assert(file.write_file(task, table.concat(items, "\n") .. "\n"))
+        local out, rc = run("luajit scripts/mtp_depth.lua --model models/tiny --task " .. task .. " --per-family 2 " ..
+                            "--k 0,2 --draft fixed,adaptive:cost=0.3,budget:budget=4 --reps 2 --max-new 10 --out " ..
+                            dir .. "/task")
+        assert.are.equal(0, rc, out)
+        local report = cjson.decode((assert(file.read_file(dir .. "/task/report.json"))))
+        assert.are.equal(2, report.families)
+        assert.are.equal(4, report.prompts)                            -- two per family, the fifth item left out
+        assert.are.equal(2 * 4, #report.configs)                       -- per family: K=0, K=2 x 3 draft policies
+        assert.are.equal(2, #report.best)
+        for _, b in ipairs(report.best) do
+            assert.is_truthy(b.family == "alpha" or b.family == "beta")
+            assert.is_truthy(b.policy == "adaptive:cost=0.3" or b.policy == "budget:budget=4", tostring(b.policy))
+            assert.is_true(b.policy_over_fixed > 0)
+        end
+        for _, c in ipairs(report.configs) do
+            assert.are.equal(2 * 2 * 10, c.stats.tokens)               -- reps x prompts of the family x max_new
+            -- the budget: at most 4 draft tokens per stream, so 2 reps x 2 prompts x 4 in all
+            if c.draft == "budget:budget=4" then assert.is_true(c.stats.spec_decode_num_draft_tokens <= 16) end
+            for i, a in ipairs(c.acceptance) do
+                assert.is_true(a.lo <= a.p and a.p <= a.hi, "position " .. i)
+            end
+        end
+        local html = assert(file.read_file(dir .. "/task/report.html"))
+        local svgs = 0
+        for _ in html:gmatch("<svg") do svgs = svgs + 1 end
+        assert.are.equal(4, svgs)                                       -- two plots per family
+        assert.matches("Best fixed K and best draft policy", html)
     end)
 
     it("refuses K > 0 on a checkpoint without MTP layers", function()

@@ -10,24 +10,12 @@ local MODEL = "models/tiny"
 local N_NEW = 120
 local LAYOUTS = { { tp = 2, ep = 1 }, { tp = 1, ep = 2 }, { tp = 2, ep = 2 }, { tp = 4, ep = 1 } }
 
-local function prompts_for(vocab)
-    local state, prompts = 11, {}
-    for i, len in ipairs({ 3, 9, 33 }) do
-        local ids = {}
-        for j = 1, len do
-            state = (state * 69069 + 1) % 4294967296
-            ids[j] = math.floor(state / 65536) % vocab
-        end
-        prompts[i] = ids
-    end
-    return prompts
-end
 
 describe("tensor and expert parallel models", function()
     local one, prompts, refs
     setup(function()
         one = assert(model.load(MODEL, { threads = 1 }))
-        prompts = prompts_for(one.vocab_size)
+        prompts = h.make_prompts(one.vocab_size, { 3, 9, 33 }, 11)
         refs = {}
         for i, p in ipairs(prompts) do refs[i] = h.greedy(one, p, N_NEW) end
     end)

@@ -11,19 +11,7 @@ local h = require("spec_helpers")
 local N_NEW = 200
 local PROMPT_LENGTHS = { 3, 4, 5, 9, 33 }   -- around index_kpool 4 and index_topk 8 of the tiny models
 
--- Deterministic prompts (an LCG, independent of math.random).
-local function make_prompts(vocab, lengths, seed)
-    local state, prompts = seed, {}
-    for i, len in ipairs(lengths) do
-        local ids = {}
-        for j = 1, len do
-            state = (state * 69069 + 1) % 4294967296
-            ids[j] = math.floor(state / 65536) % vocab
-        end
-        prompts[i] = ids
-    end
-    return prompts
-end
+local make_prompts = h.make_prompts
 
 -- A draft policy proposing a known continuation: ref_of(stream)[position] (nil past its end stops drafting);
 -- corrupt(stream, depth) -> true replaces the proposal with a token guaranteed wrong.

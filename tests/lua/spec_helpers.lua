@@ -5,6 +5,20 @@ local file = require("glm53.util.file")
 
 local M = {}
 
+-- Deterministic prompts (an LCG, independent of math.random): one array of ids below vocab per length.
+function M.make_prompts(vocab, lengths, seed)
+    local state, prompts = seed, {}
+    for i, len in ipairs(lengths) do
+        local ids = {}
+        for j = 1, len do
+            state = (state * 69069 + 1) % 4294967296
+            ids[j] = math.floor(state / 65536) % vocab
+        end
+        prompts[i] = ids
+    end
+    return prompts
+end
+
 -- Plain greedy decoding, the reference speculative output must equal: one prefill of the whole prompt, then
 -- one single-token step per token.
 function M.greedy(m, prompt, n)

@@ -27,31 +27,35 @@ M.USAGE = "--server URL [--server-b URL | --extra-b JSON] [--model NAME] [--endp
           "[--goodput ttft:MS tpot:MS e2el:MS] [--percentiles 50,90,99] [--seed S] [--warmup N] [--out DIR]"
 
 M.OPTIONS = {
-    server = { required = true, metavar = "URL", help = "OpenAI-compatible server (A in an A/B run)" },
-    server_b = { metavar = "URL", help = "paired A/B against this server" },
-    extra = { metavar = "JSON", help = "fields merged into every request body (A's in an A/B run)" },
-    extra_b = { metavar = "JSON", help = "paired A/B of two settings: B's request fields" },
-    model = { metavar = "NAME", help = "model field (default: the server's first model)" },
-    endpoint = { default = "completions", choices = { "completions", "chat" }, help = "for text prompts" },
-    prompts = { metavar = "FILE", help = 'JSONL of {"prompt": text} or {"messages": [...]}, optional "max_tokens"' },
-    task = { metavar = "TASK", help = "the prompts of an eval task (evals/TASK.lua)" },
-    data = { metavar = "FILE", help = "the task's JSONL" },
-    input_len = { type = "number", default = 32, help = "words per random prompt" },
-    num_prompts = { type = "number", default = 100 },
-    output_len = { type = "number", default = 64, help = "max_tokens per request" },
-    ignore_eos = { flag = true, help = "ask for exactly --output-len tokens (vLLM's ignore_eos)" },
-    temperature = { type = "number", default = 0 },
-    request_rate = { default = "inf", metavar = "R", help = "requests/s, or inf" },
-    burstiness = { default = "1", metavar = "B", help = "gamma shape of the gaps: 1 = Poisson, inf = fixed rate" },
-    max_concurrency = { metavar = "LIST", help = "requests in flight (a list sweeps; A/B: pairs in flight)" },
-    duration = { type = "number", help = "seconds to keep sending (prompts cycle) instead of --num-prompts" },
-    goodput = { list = true, metavar = "NAME:MS", help = "SLOs: ttft:MS tpot:MS e2el:MS" },
-    percentiles = { default = "50,90,99", metavar = "LIST" },
-    seed = { type = "number", default = 0 },
-    warmup = { type = "number", default = 0, help = "requests sent and awaited before measuring" },
-    timeout = { type = "number", default = 600, help = "seconds a request may wait for a byte" },
-    no_spec_metrics = { flag = true, help = "do not read the server's /metrics" },
-    out = { default = "reports/bench-serve", metavar = "DIR" },
+    "Servers:",
+    { "server", required = true, metavar = "URL", help = "OpenAI-compatible server (A in an A/B run)" },
+    { "server_b", metavar = "URL", help = "paired A/B against this server" },
+    { "extra", metavar = "JSON", help = "fields merged into every request body (A's in an A/B run)" },
+    { "extra_b", metavar = "JSON", help = "paired A/B of two settings: B's request fields" },
+    { "model", metavar = "NAME", help = "model field (default: the server's first model)" },
+    { "endpoint", default = "completions", choices = { "completions", "chat" }, help = "for text prompts" },
+    "Prompts:",
+    { "prompts", metavar = "FILE", help = 'JSONL of {"prompt": text} or {"messages": [...]}, optional "max_tokens"' },
+    { "task", metavar = "TASK", help = "the prompts of an eval task (evals/TASK.lua)" },
+    { "data", metavar = "FILE", help = "the task's JSONL" },
+    { "input_len", type = "integer", min = 1, default = 32, help = "words per random prompt" },
+    { "num_prompts", type = "integer", min = 1, default = 100 },
+    { "output_len", type = "integer", min = 1, default = 64, help = "max_tokens per request" },
+    { "ignore_eos", flag = true, help = "ask for exactly --output-len tokens (vLLM's ignore_eos)" },
+    { "temperature", type = "number", min = 0, default = 0 },
+    "Load:",
+    { "request_rate", default = "inf", metavar = "R", help = "requests/s, or inf" },
+    { "burstiness", default = "1", metavar = "B", help = "gamma shape of the gaps: 1 = Poisson, inf = fixed rate" },
+    { "max_concurrency", metavar = "LIST", help = "requests in flight (a list sweeps; A/B: pairs in flight)" },
+    { "duration", type = "number", gt = 0, help = "seconds to keep sending (prompts cycle) instead of --num-prompts" },
+    { "warmup", type = "integer", min = 0, default = 0, help = "requests sent and awaited before measuring" },
+    { "timeout", type = "number", gt = 0, default = 600, help = "seconds a request may wait for a byte" },
+    { "seed", type = "integer", min = 0, default = 0 },
+    "Results:",
+    { "goodput", list = true, metavar = "NAME:MS", help = "SLOs: ttft:MS tpot:MS e2el:MS" },
+    { "percentiles", default = "50,90,99", metavar = "LIST" },
+    { "no_spec_metrics", flag = true, help = "do not read the server's /metrics" },
+    { "out", default = "reports/bench-serve", metavar = "DIR" },
 }
 
 -- vLLM's --goodput takes several values after one flag: "--goodput ttft:500 tpot:50" becomes two.
@@ -364,8 +368,12 @@ end
 
 function M.main(argv, name)
     name = name or "bench_serve.lua"
-    local args = cli.parse(split_goodput(argv), { usage = "luajit scripts/" .. name .. " " .. M.USAGE,
-                                                  options = M.OPTIONS })
+    local args = cli.parse_or_exit(split_goodput(argv), {
+        prog = name, usage = (name:find(" ") and name or "luajit scripts/" .. name) .. " " .. M.USAGE,
+        summary = "A serving load generator with vLLM's definitions (TTFT, TPOT, ITL, E2EL, goodput), sweeps and " ..
+                  "paired A/B runs; docs/benchmarking.md.",
+        options = M.OPTIONS,
+    })
     local function fail(msg)
         io.stderr:write(name, ": ", msg, "\n")
         return 1

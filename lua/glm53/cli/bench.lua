@@ -3,6 +3,7 @@ glm53.cli.bench - `glm53 bench`: prefill and decode speed of a checkpoint agains
 
     glm53 bench --model DIR [--device cpu|cuda] [--prompt 512] [--decode 64] [--repeat 3]
                 [--bandwidth BYTES_PER_S] [--flops FLOP_PER_S]
+    glm53 bench serve --server URL [...]      the serving load generator (glm53.bench.serve_cli)
 
 Random prompt ids (below the tokenizer's vocabulary when the checkpoint has one); greedy decode. The floor of a
 decode step is the weight bytes one token must read (every weight once, but only top-k of the routed experts and
@@ -26,7 +27,11 @@ local HARDWARE = {
 local M = {
     prog = "glm53 bench",
     usage = "glm53 bench [options]",
-    summary = "Measures prefill and decode speed and compares them with the hardware floor.",
+    summary = "Measures prefill and decode speed and compares them with the hardware floor. `glm53 bench serve " ..
+              "--server URL` is the serving load generator instead (its own --help; docs/benchmarking.md).",
+    subcommands = {
+        serve = function(argv) return require("glm53.bench.serve_cli").main(argv, "glm53 bench serve") end,
+    },
     options = common.options(common.model_options(), {
         "Benchmark:",
         { "prompt", type = "integer", min = 1, default = 512, help = "prompt tokens" },

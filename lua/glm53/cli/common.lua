@@ -101,6 +101,8 @@ function M.generation_options(max_tokens)
         { "spec_k", type = "integer", min = 0, default = 0,
           help = "MTP speculative decoding: drafts per step (0 = off; exact: same output as without)" },
         { "draft_threshold", type = "number", min = 0, max = 1, help = "stop drafting below this draft probability" },
+        { "draft_policy", metavar = "SPEC",
+          help = "a draft policy: NAME[:key=value,...] of scripts/policies/draft_NAME.lua (adaptive, budget) or a path" },
         { "stop", list = true, metavar = "TEXT", help = "a stop string (not printed)" },
         { "stop_ids", type = "ids", help = "comma-separated ids that also end generation" },
         { "ignore_eos", flag = true, help = "do not stop at the model's end tokens" },
@@ -158,26 +160,55 @@ end
 
 -- The policy of --policy / --policy-opt (nil without --policy). The policy gets its options as strings, plus
 -- tokenizer and vocab_size.
-function M.load_policy(args, ctx)
-    if not args.policy then return nil end
-    local path = args.policy
+-- A policy file's constructor called with opts: `name` is a name from scripts/policies (with `prefix` before
+-- it: "draft_" for draft policies) or a path to a .lua file; `flag` names the option in errors.
+local function make_policy(name, prefix, opts, flag)
+    local path = name
     if not (path:find("/", 1, true) or path:match("%.lua$")) then
-        if not path:match("^[%w_]+$") then cli.usage_error("--policy: a name from scripts/policies or a path, got '" .. path .. "'") end
+        if not path:match("^[%w_]+$") then cli.usage_error(flag .. ": a name from scripts/policies or a path, got '" .. path .. "'") end
         local root = M.checkout_root()
-        if not root then cli.fail("--policy " .. path .. ": scripts/policies is not installed; give the policy's path") end
-        path = root .. "/scripts/policies/" .. path .. ".lua"
+        if not root then cli.fail(flag .. " " .. path .. ": scripts/policies is not installed; give the policy's path") end
+        path = root .. "/scripts/policies/" .. prefix .. path .. ".lua"
     end
     local chunk, err = loadfile(path)
-    if not chunk then cli.fail("--policy: " .. err) end
-    local popts = { vocab_size = ctx.n_valid, tokenizer = ctx.tok }
-    for _, kv in ipairs(args.policy_opt or {}) do
-        local k, v = kv:match("^([%w_]+)=(.*)$")
-        if not k then cli.usage_error("--policy-opt: expected KEY=VALUE, got '" .. kv .. "'") end
-        popts[k] = v
-    end
-    local ok, made = pcall(function() return chunk()(popts) end)
-    if not ok then cli.fail("--policy " .. args.policy .. ": " .. cli.one_line(made)) end
+    if not chunk then cli.fail(flag .. ": " .. err) end
+    local ok, made = pcall(function() return chunk()(opts) end)
+    if not ok then cli.fail(flag .. " " .. name .. ": " .. cli.one_line(made)) end
     return made
+end
+
+-- KEY=VALUE strings into opts.
+local function key_values(list, opts, flag)
+    for _, kv in ipairs(list or {}) do
+        local k, v = kv:match("^([%w_]+)=(.*)$")
+        if not k then cli.usage_error(flag .. ": expected KEY=VALUE, got '" .. kv .. "'") end
+        opts[k] = v
+    end
+    return opts
+end
+
+-- The sampling policy of --policy NAME and its --policy-opt values, or nil.
+function M.load_policy(args, ctx)
+    if not args.policy then return nil end
+    local opts = key_values(args.policy_opt, { vocab_size = ctx.n_valid, tokenizer = ctx.tok }, "--policy-opt")
+    return make_policy(args.policy, "", opts, "--policy")
+end
+
+-- A draft policy from its spec: "threshold:P" (stop a round's drafting under probability P), or "NAME" /
+-- "NAME:key=value,key=value" for scripts/policies/draft_NAME.lua (or a path) with those options; nil for "fixed".
+function M.draft_policy(spec, flag)
+    flag = flag or "--draft"
+    if spec == nil or spec == "fixed" then return nil end
+    local generation = require("glm53.generation.driver")
+    local t = spec:match("^threshold:(.+)$")
+    if t then
+        if not tonumber(t) then cli.usage_error(flag .. ": threshold:P needs a number, got '" .. t .. "'") end
+        return generation.draft_threshold(tonumber(t))
+    end
+    local name, rest = spec:match("^([^:]+):?(.*)$")
+    local list = {}
+    for kv in rest:gmatch("[^,]+") do list[#list + 1] = kv end
+    return make_policy(name, "draft_", key_values(list, {}, flag), flag)
 end
 
 -- Sampler options: the flags given, else the checkpoint's generation_config, else greedy (temperature 1 with a
@@ -200,7 +231,8 @@ function M.driver(ctx, args, policy)
     local generation = require("glm53.generation.driver")
     local ok, d, err = pcall(generation.new, ctx.m, {
         k = args.spec_k, sampling = M.sampling(args, ctx, policy), policy = policy, tokenizer = ctx.tok,
-        draft = args.draft_threshold and generation.draft_threshold(args.draft_threshold) or nil,
+        draft = args.draft_threshold and generation.draft_threshold(args.draft_threshold) or
+                M.draft_policy(args.draft_policy, "--draft-policy"),
     })
     if not ok then cli.usage_error(cli.one_line(d)) end   -- a bad option (argument errors raise)
     if not d then cli.fail(err) end                     -- e.g. --spec-k on a checkpoint without an MTP layer

@@ -44,14 +44,19 @@ function M.capture_flags(cap, where, level)
     return (cap.experts and C.GLM53_CAPTURE_EXPERTS or 0) + (cap.selection and C.GLM53_CAPTURE_SELECTION or 0)
 end
 
+-- Sequence parameters from opts: max_tokens, max_rollback, capture ({ experts = bool, selection = bool }); p
+-- holds the defaults to start from. Argument errors raise at `level`.
+local function seq_params(p, opts, level)
+    if opts.max_tokens ~= nil then p.max_tokens = opts.max_tokens end
+    if opts.max_rollback ~= nil then p.max_rollback = opts.max_rollback end
+    if opts.capture ~= nil then p.capture = M.capture_flags(opts.capture, "seq", level + 1) end
+    return p
+end
+
 -- A new sequence of model m (a glm53.engine.model Model) whose C handle is model_h; Model:seq calls this.
 -- opts: max_tokens (default 4096), max_rollback (default 16), capture ({ experts = bool, selection = bool }).
 function M.create(m, model_h, opts)
-    opts = opts or {}
-    local p = C.glm53_seq_default_params()
-    if opts.max_tokens ~= nil then p.max_tokens = opts.max_tokens end
-    if opts.max_rollback ~= nil then p.max_rollback = opts.max_rollback end
-    p.capture = M.capture_flags(opts.capture, "seq", 4)
+    local p = seq_params(C.glm53_seq_default_params(), opts or {}, 4)
     local out = ffi.new("glm53_seq *[1]")
     local ok, err = core.check(C.glm53_seq_create(model_h, p, out))
     if not ok then return nil, err end
@@ -71,10 +76,17 @@ function Seq:length() return tonumber(C.glm53_seq_length(seq_handle(self))) end
 function Seq:capacity() return tonumber(C.glm53_seq_capacity(seq_handle(self))) end
 function Seq:cache_bytes() return tonumber(C.glm53_seq_cache_bytes(seq_handle(self))) end
 
--- A new sequence sharing the first n tokens (default: all) of this one.
-function Seq:fork(n)
+-- A new sequence sharing the first n tokens (default: all) of this one. opts (optional): the fork's max_tokens,
+-- max_rollback and capture, as for Model:seq (default: this sequence's); only the kept positions are copied.
+function Seq:fork(n, opts)
+    local h = seq_handle(self)
+    local p = nil
+    if opts ~= nil then
+        if type(opts) ~= "table" then error("seq:fork: opts must be a table", 2) end
+        p = seq_params(C.glm53_seq_params_get(h), opts, 3)
+    end
     local out = ffi.new("glm53_seq *[1]")
-    local ok, err = core.check(C.glm53_seq_fork(seq_handle(self), n or self:length(), out))
+    local ok, err = core.check(C.glm53_seq_fork(h, n or self:length(), p, out))
     if not ok then return nil, err end
     return setmetatable({ _h = ffi.gc(out[0], C.glm53_seq_free), model = self.model }, Seq)
 end

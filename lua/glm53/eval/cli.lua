@@ -36,39 +36,42 @@ M.EVAL_USAGE = "TASK [--model DIR | --server URL] [--data FILE] [--limit N] [--c
                "[--seed S] [--mode M[,M]] [--fewshot N [--shots FILE]] [--max-tokens N] [--device cpu|cuda] [...]"
 
 M.EVAL_OPTIONS = {
-    model = { metavar = "DIR", help = "checkpoint to run in-process (default " .. runner.DEFAULT_MODEL .. ")" },
-    server = { metavar = "URL", help = "OpenAI-compatible server base URL" },
-    data = { metavar = "FILE", help = "the task's JSONL (default: its bundled data)" },
-    limit = { type = "number", help = "the first N items" },
-    concurrency = { type = "number", default = 1, help = "items generated at once / requests in flight" },
-    out = { metavar = "DIR", help = "run directory (default reports/eval-TASK)" },
-    seed = { type = "number", default = 0 },
-    mode = { metavar = "LIST", help = "extraction modes to score (default all)" },
-    fewshot = { type = "number", default = 0 },
-    shots = { metavar = "FILE", help = "JSONL of shots for --fewshot" },
-    max_tokens = { type = "number", help = "default: the task's, else " .. runner.DEFAULT_MAX_TOKENS },
-    temperature = { type = "number", default = 0 },
-    device = { default = "cpu", choices = { "cpu", "cuda" } },
-    threads = { type = "number", default = 0 },
-    spec_k = { type = "number", default = 0, help = "MTP drafts per step, in-process" },
-    reasoning = { default = "split", choices = { "split", "keep" }, help = "read answers after </think>, or all" },
-    task_opt = { list = true, metavar = "KEY=VALUE", help = "passed to the task's load and prompt" },
-    model_name = { metavar = "NAME", help = "model field of server requests (default: its first model)" },
-    timeout = { type = "number", default = 600, help = "seconds per server request" },
-    progress_every = { type = "number", help = "a log line every N items when stderr is not a terminal" },
-    tokenizer = { metavar = "FILE", help = "in-process tokenizer (default DIR/tokenizer.json)" },
+    "Where it runs:",
+    { "model", metavar = "DIR", help = "checkpoint to run in-process (default " .. runner.DEFAULT_MODEL .. ")" },
+    { "server", metavar = "URL", help = "OpenAI-compatible server base URL" },
+    { "model_name", metavar = "NAME", help = "model field of server requests (default: its first model)" },
+    { "timeout", type = "number", gt = 0, default = 600, help = "seconds per server request" },
+    { "device", default = "cpu", choices = { "cpu", "cuda" } },
+    { "threads", type = "integer", min = 0, default = 0 },
+    { "tokenizer", metavar = "FILE", help = "in-process tokenizer (default DIR/tokenizer.json)" },
+    "The task:",
+    { "data", metavar = "FILE", help = "the task's JSONL (default: its bundled data)" },
+    { "limit", type = "integer", min = 1, help = "the first N items" },
+    { "mode", metavar = "LIST", help = "extraction modes to score (default all)" },
+    { "fewshot", type = "integer", min = 0, default = 0 },
+    { "shots", metavar = "FILE", help = "JSONL of shots for --fewshot" },
+    { "task_opt", list = true, metavar = "KEY=VALUE", help = "passed to the task's load and prompt" },
+    { "reasoning", default = "split", choices = { "split", "keep" }, help = "read answers after </think>, or all" },
+    "Generation:",
+    { "max_tokens", type = "integer", min = 1, help = "default: the task's, else " .. runner.DEFAULT_MAX_TOKENS },
+    { "temperature", type = "number", min = 0, default = 0 },
+    { "seed", type = "integer", min = 0, default = 0 },
+    { "spec_k", type = "integer", min = 0, default = 0, help = "MTP drafts per step, in-process" },
+    { "concurrency", type = "integer", min = 1, default = 1, help = "items generated at once / requests in flight" },
+    "Output:",
+    { "out", metavar = "DIR", help = "run directory (default reports/eval-TASK)" },
+    { "progress_every", type = "integer", min = 1, help = "a log line every N items when stderr is not a terminal" },
 }
 
 -- scripts/eval.lua: argv[1] is the task, the rest options.
 function M.eval(argv, name)
     name = name or "eval.lua"
-    local spec = { usage = "luajit scripts/" .. name .. " " .. M.EVAL_USAGE, options = M.EVAL_OPTIONS }
-    local task = argv[1]
-    if task == nil or task == "-h" or task == "--help" then cli.parse({ "--help" }, spec) end
-    if task:sub(1, 1) == "-" then
-        return failure(name, "the first argument is the task (a module of evals/), got " .. task)
-    end
-    local args = cli.parse({ select(2, unpack(argv)) }, spec)
+    local args = cli.parse_or_exit(argv, {
+        prog = name, usage = "luajit scripts/" .. name .. " " .. M.EVAL_USAGE,
+        summary = "Runs an accuracy eval (a module of evals/) in-process or against a server; rerunning resumes.",
+        options = M.EVAL_OPTIONS, args = { { "task", metavar = "TASK" } },
+    })
+    local task = args.task
     if args.model and args.server then return failure(name, "give --model or --server, not both") end
     local task_opts = {}
     for _, kv in ipairs(args.task_opt) do
@@ -103,35 +106,25 @@ local function load_run(path)
     return { records = recs, modes = ok and type(run) == "table" and run.modes or nil, path = path }
 end
 
--- The two paths are the arguments that are neither options nor their values.
-local COMPARE_TAKES_VALUE = { ["--mode"] = true, ["--seed"] = true, ["--resamples"] = true }
-
 -- scripts/compare.lua: A B [options].
 function M.compare(argv, name)
     name = name or "compare.lua"
-    local usage = "luajit scripts/" .. name .. " A.jsonl B.jsonl [--mode M[,M]] [--seed S] [--resamples N] [--json]"
-    local paths, rest, i = {}, {}, 1
-    while i <= #argv do
-        local a = argv[i]
-        if a:sub(1, 1) == "-" then
-            rest[#rest + 1] = a
-            if COMPARE_TAKES_VALUE[a] and argv[i + 1] then rest[#rest + 1], i = argv[i + 1], i + 1 end
-        else
-            paths[#paths + 1] = a
-        end
-        i = i + 1
-    end
-    local args = cli.parse(rest, { usage = usage, options = {
-        mode = { metavar = "LIST", help = "modes to compare (default: every mode both runs scored)" },
-        seed = { type = "number", default = 0, help = "bootstrap seed" },
-        resamples = { type = "number", default = 10000 },
-        json = { flag = true },
-    } })
-    if #paths ~= 2 then return failure(name, "need two records files\nusage: " .. usage) end
-    local a, err = load_run(paths[1])
+    local args = cli.parse_or_exit(argv, {
+        prog = name, usage = "luajit scripts/" .. name .. " A.jsonl B.jsonl [--mode M[,M]] [--seed S] [--resamples N] [--json]",
+        summary = "Compares two eval runs item by item: a paired bootstrap interval of the accuracy difference B - A " ..
+                  "and McNemar's exact test.",
+        options = {
+            { "mode", metavar = "LIST", help = "modes to compare (default: every mode both runs scored)" },
+            { "seed", type = "integer", min = 0, default = 0, help = "bootstrap seed" },
+            { "resamples", type = "integer", min = 1, default = 10000 },
+            { "json", flag = true },
+        },
+        args = { { "a", metavar = "A" }, { "b", metavar = "B" } },
+    })
+    local a, err = load_run(args.a)
     if not a then return failure(name, err) end
     local b
-    b, err = load_run(paths[2])
+    b, err = load_run(args.b)
     if not b then return failure(name, err) end
     local modes = split_list(args.mode)
     if not modes then

@@ -144,10 +144,12 @@ int64_t      glm53_model_cache_bytes(const glm53_model *model);
 int32_t      glm53_model_n_ranks(const glm53_model *model);
 glm53_status glm53_model_rank_info(const glm53_model *model, int32_t rank, glm53_rank_info *out);
 glm53_status glm53_seq_create(glm53_model *model, const glm53_seq_params *params, glm53_seq **out);
-glm53_status glm53_seq_fork(const glm53_seq *src, int64_t n_tokens, glm53_seq **out);
+glm53_status glm53_seq_fork(const glm53_seq *src, int64_t n_tokens, const glm53_seq_params *params,
+                                      glm53_seq **out);
 glm53_status glm53_seq_truncate(glm53_seq *seq, int64_t n_tokens);
 int64_t      glm53_seq_length(const glm53_seq *seq);
 int64_t      glm53_seq_capacity(const glm53_seq *seq);
+glm53_seq_params glm53_seq_params_get(const glm53_seq *seq);
 int64_t      glm53_seq_cache_bytes(const glm53_seq *seq);
 void         glm53_seq_free(glm53_seq *seq);
 glm53_status glm53_seq_capture_experts(const glm53_seq *seq, int32_t layer, const int32_t **ids,

@@ -15,7 +15,8 @@ the series. The y axis gets about five round ticks; the x axis is labelled at th
 depths, shot counts). Options for other data: x_ticks = true labels the x axis with about five round ticks
 instead (latencies, throughputs); x_labels = { [1] = "strict-match", ... } names integer x positions
 (categories); markers = false draws the lines without dots (curves of many points, such as a CDF). Text is
-escaped; the result is well-formed XML. svg.cdf(name, values) is the series of an empirical CDF.
+escaped; the result is well-formed XML. svg.cdf(name, values) is the series of an empirical CDF. svg.heatmap(spec)
+draws a matrix of values (expert load per layer, attention distances per layer) as shaded cells.
 ]]
 local html = require("glm53.report.html")
 
@@ -121,6 +122,69 @@ function M.plot(spec)
                                       W - R + 12, ly, W - R + 30, ly, color)
         out[#out + 1] = string.format('<text x="%d" y="%d">%s</text>', W - R + 36, ly + 4, esc(s.name))
     end
+    out[#out + 1] = "</svg>"
+    return table.concat(out, "\n")
+end
+
+-- A heatmap as SVG text: spec.values[r][c] (numbers >= 0, rows top to bottom) as cells shaded from white (0) to
+-- the darkest blue (spec.max, default the largest value), with spec.row_labels and spec.col_labels (shown every
+-- spec.col_every columns, default about 16 labels), spec.title, spec.xlabel, spec.ylabel, and a scale bar labelled
+-- with spec.max formatted by spec.format (default "%.3g"). Each cell carries its value in a <title> (a tooltip).
+function M.heatmap(spec)
+    if type(spec) ~= "table" or type(spec.values) ~= "table" then error("svg.heatmap: spec.values must be a table", 2) end
+    local values, nr = spec.values, #spec.values
+    local nc = nr > 0 and #values[1] or 0
+    local vmax = spec.max
+    if not vmax then
+        vmax = 0
+        for _, row in ipairs(values) do for _, v in ipairs(row) do if v > vmax then vmax = v end end end
+    end
+    if vmax <= 0 then vmax = 1 end
+    local fmtv = spec.format or "%.3g"
+    local L, T, R, B = 90, 36, 90, 48
+    local cw = math.max(2, math.min(48, math.floor(900 / math.max(nc, 1))))
+    local ch = math.max(8, math.min(24, math.floor(420 / math.max(nr, 1))))
+    local W, H = L + nc * cw + R, T + nr * ch + B
+    local out = { string.format('<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" ' ..
+                                'font-size="11">', W, H),
+                  string.format('<text x="%d" y="18" font-size="13">%s</text>', L, esc(spec.title or "")) }
+    local function shade(v)
+        local t = math.max(0, math.min(1, v / vmax))
+        return string.format("#%02x%02x%02x", math.floor(255 - 224 * t), math.floor(255 - 136 * t), math.floor(255 - 75 * t))
+    end
+    for r = 1, nr do
+        local y = T + (r - 1) * ch
+        for c = 1, nc do
+            local v = values[r][c]
+            out[#out + 1] = string.format('<rect x="%d" y="%d" width="%d" height="%d" fill="%s"><title>%s</title></rect>',
+                                          L + (c - 1) * cw, y, cw, ch, shade(v), esc(string.format(fmtv, v)))
+        end
+        local label = spec.row_labels and spec.row_labels[r]
+        if label then
+            out[#out + 1] = string.format('<text x="%d" y="%d" text-anchor="end">%s</text>', L - 4, y + ch / 2 + 4, esc(label))
+        end
+    end
+    local every = spec.col_every or math.max(1, math.ceil(nc / 16))
+    for c = 1, nc, every do
+        local label = spec.col_labels and spec.col_labels[c]
+        if label then
+            out[#out + 1] = string.format('<text x="%.1f" y="%d" text-anchor="middle">%s</text>', L + (c - 0.5) * cw,
+                                          T + nr * ch + 14, esc(label))
+        end
+    end
+    out[#out + 1] = string.format('<text x="%.1f" y="%d" text-anchor="middle">%s</text>', L + nc * cw / 2, H - 8,
+                                  esc(spec.xlabel or ""))
+    out[#out + 1] = string.format('<text x="14" y="%.1f" transform="rotate(-90 14 %.1f)" text-anchor="middle">%s</text>',
+                                  T + nr * ch / 2, T + nr * ch / 2, esc(spec.ylabel or ""))
+    -- the scale: 0 .. max
+    local sx, steps = L + nc * cw + 24, 10
+    for i = 0, steps - 1 do
+        local v = vmax * (steps - 1 - i) / (steps - 1)
+        out[#out + 1] = string.format('<rect x="%d" y="%.1f" width="14" height="%.1f" fill="%s"/>', sx,
+                                      T + i * (nr * ch / steps), nr * ch / steps, shade(v))
+    end
+    out[#out + 1] = string.format('<text x="%d" y="%d">%s</text>', sx + 18, T + 8, esc(string.format(fmtv, vmax)))
+    out[#out + 1] = string.format('<text x="%d" y="%d">0</text>', sx + 18, T + nr * ch)
     out[#out + 1] = "</svg>"
     return table.concat(out, "\n")
 end

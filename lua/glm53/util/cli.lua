@@ -37,7 +37,8 @@ usage error printed and the process ended (status 0 or 2).
 
 cli.dispatch(argv, program) runs a program of subcommands (glm53.cli.main is one): program.commands is a
 list of { name, module, summary }; the module is required only when its command runs, so `glm53 --help` works
-without the C library.
+without the C library. A command module may also have `subcommands = { NAME = function(argv) -> status }`: when
+the first argument after the command is NAME, that function gets the rest (`glm53 bench serve --server URL`).
 ]]
 local M = {}
 
@@ -416,6 +417,8 @@ function M.dispatch(argv, program)
     end
     local rest = {}
     for j = i + 1, #argv do rest[#rest + 1] = argv[j] end
+    local sub = command.subcommands and rest[1] and command.subcommands[rest[1]]
+    if sub then return sub({ unpack(rest, 2) }) end   -- `glm53 bench serve ...`: a tool of its own
     return M.run(command, rest, { debug = debug })
 end
 
