@@ -151,8 +151,9 @@ describe("server", function()
             for k, v in pairs(fields) do body[k] = v end
             return body
         end
-        -- chat (SYSTEM's prompt is in the prefix cache by now: a capturing request must not fork it), plain and
-        -- speculative, then streamed: the choice's last chunk carries both lists
+        -- chat (SYSTEM's prompt is in the prefix cache by now: the request forks it into a capturing sequence),
+        -- plain and speculative, then streamed: the choice's last chunk carries both lists
+        local hits = H.metric(H.metrics(srv), "vllm:prefix_cache_hits_total")
         for _, speculative in ipairs({ 0, 2 }) do
             local r = chat(srv, with({ messages = SYSTEM, speculative = speculative }))
             assert.are.equal(200, r.status, r.body)
@@ -165,6 +166,7 @@ describe("server", function()
             assert.are.equal(2, #ch.routed_experts[1][1])
             assert.are.equal(1, #ch.indexer_topk[1])        -- and one sparse layer
         end
+        assert.is_true(H.metric(H.metrics(srv), "vllm:prefix_cache_hits_total") > hits)
         local s = chat(srv, with({ messages = USER, stream = true }))
         local last
         for _, d in ipairs(H.sse(s.body)) do

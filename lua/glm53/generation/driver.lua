@@ -56,7 +56,7 @@ conversation one turn later): only the positions after the common start are comp
 prefix says how many were kept), truncating pre's cache when the prompts differ within its rollback window and
 prefilling afresh when they differ earlier. d:snapshot(s) keeps the first s.L tokens of a stream as a prefix.
 d:add(prompt, {prefix = pre}) starts a stream whose prompt starts with pre's tokens from a fork of pre (at its
-length; the rest of the prompt is prefilled).
+length, with the stream's own capacity and capture; the rest of the prompt is prefilled).
 
 Each stream may carry its own sampling options, policy, draft policy and depth (d:add opts sampling, policy,
 draft, k <= the driver's k); the driver's are the defaults. Streams of every kind share each round's steps. With
@@ -70,12 +70,11 @@ batch:add_embedded does; the last prompt row must be a token. MTP drafting sees 
 rows (their hidden states are the target's, which did see the image), which can only lower acceptance: the
 output is still exactly the target's.
 
-Research capture: d:add (and d:prefix) opts.capture = { experts = true, selection = true } makes the stream's
+Research capture: d:add opts.capture = { experts = true, selection = true } makes the stream's
 sequence record routing and selection (glm53.engine.seq); as tokens are committed, the records of the row that
 chose generated token i (the position of the token before it) are copied out: s.routed_experts[i] (one array of
 expert ids per MoE layer, in layer order, best first) and s.indexer_topk[i] (one array of attended positions per
-sparse MLA layer with its own indexer, in layer order; the -1 padding dropped). A stream forked from a prefix
-captures what the prefix's sequence does.
+sparse MLA layer with its own indexer, in layer order; the -1 padding dropped).
 
 Serving (a luv loop; glm53.server.scheduler):
   - opts.step(batch, mtp_opts) runs every step instead of Model:step / Model:mtp_step (mtp_opts = {mtp_layer,
@@ -94,7 +93,6 @@ k = 0 runs plain decoding through the same loop (no MTP work; any checkpoint). A
 failures (no MTP layer for k > 0, a NaN logit, a backend error) return nil, err, and leave the streams of a
 failed round unusable: free the driver.
 ]]
-local bit = require("bit")
 local core = require("glm53.ffi.core")
 local sampler_mod = require("glm53.engine.sampler")
 local seq_mod = require("glm53.engine.seq")
@@ -509,9 +507,8 @@ local function prompt_media(opts, n, what)
     return { embeddings = opts.embeddings, use = opts.use }
 end
 
--- A stream object for prompt (before its sequence exists). k: its drafts per round; capture: the
--- glm53_capture_flags its sequence records.
-local function new_stream(self, prompt, k, capacity, capture)
+-- A stream object for prompt (before its sequence exists). k: its drafts per round.
+local function new_stream(self, prompt, k, capacity)
     local all = {}
     for i, id in ipairs(prompt) do
         if type(id) ~= "number" or id < 0 or id >= self.V or id ~= math.floor(id) then
@@ -520,7 +517,7 @@ local function new_stream(self, prompt, k, capacity, capture)
         all[i] = id
     end
     return setmetatable({
-        driver = self, all = all, prompt_len = #prompt, capacity = capacity, k = k, capture = capture,
+        driver = self, all = all, prompt_len = #prompt, capacity = capacity, k = k,
         layers = math.min(k, self.n_mtp),        -- MTP layers this stream keeps in step
         n_fill = #prompt - 1,                     -- target rows prefill feeds
         L = 0,                                    -- target length: every committed token but the pending last
@@ -530,13 +527,21 @@ local function new_stream(self, prompt, k, capacity, capture)
     }, Stream)
 end
 
--- Makes the stream's sequence: a fork of its prefix at the prefix's length, or a new one. Returns true or nil, err.
+-- The options of the sequences the driver makes (new ones and forks): every one can roll back a round; capture is
+-- a stream's capture option, nil for none (a fork does not inherit its source's).
+function Driver:_seq_opts(max_tokens, capture)
+    return { max_tokens = max_tokens, max_rollback = self.k + 1, capture = capture or {} }
+end
+
+-- Makes the stream's sequence, with its own capacity and capture: a fork of its prefix at the prefix's length, or a
+-- new one. Returns true or nil, err.
 function Driver:_start(s)
     local seq, err
     local pre = s.prefix
+    local opts = self:_seq_opts(s.capacity, s.capture)
     if pre then
         if pre.seq == nil then return nil, "driver: the prefix was freed before the stream started" end
-        seq, err = pre.seq:fork(pre.L)
+        seq, err = pre.seq:fork(pre.L, opts)
         pre.pins = pre.pins - 1
         s.prefix = nil
         if seq then
@@ -547,9 +552,7 @@ function Driver:_start(s)
             end
         end
     else
-        seq, err = self.m:seq({ max_tokens = s.capacity, max_rollback = self.k + 1,
-                                capture = { experts = bit.band(s.capture, C.GLM53_CAPTURE_EXPERTS) ~= 0,
-                                            selection = bit.band(s.capture, C.GLM53_CAPTURE_SELECTION) ~= 0 } })
+        seq, err = self.m:seq(opts)
     end
     if not seq then return nil, err end
     s.seq = seq
@@ -558,11 +561,11 @@ function Driver:_start(s)
 end
 
 -- A prefix of `prompt` holding the cache of prefix `old` (old is left without a cache), or nil when it cannot be
--- reused - the prompt needs more capacity or capture than old's cache has, or differs further back than the cache
--- can be rolled back (then old is unchanged).
-function Driver:_take_over(old, prompt, capacity, capture)
-    if capacity > old.capacity or bit.band(old.capture, capture) ~= capture then return nil end
-    local s = new_stream(self, prompt, old.k, old.capacity, old.capture)
+-- reused - the prompt needs more capacity than old's cache has, or differs further back than the cache can be
+-- rolled back (then old is unchanged).
+function Driver:_take_over(old, prompt, capacity)
+    if capacity > old.capacity then return nil end
+    local s = new_stream(self, prompt, old.k, old.capacity)
     local n, limit = 0, math.min(old.L, s.n_fill)
     while n < limit and old.all[n + 1] == s.all[n + 1] do n = n + 1 end
     local L, hid_n = old.L, old.hid_n
@@ -581,9 +584,9 @@ function Driver:_take_over(old, prompt, capacity, capture)
 end
 
 -- A prefilled prompt that several streams can start from (d:add(prefix, ...) forks it): n samples of one
--- prompt, or a shared system prompt. opts: max_new (bounds the streams made from it; default 256), capacity
--- (positions of its cache; default prompt + max_new + k + 1), from (a prefix whose cache to take over),
--- embeddings and use (embedding rows), capture (what its sequence records, for the streams forked from it). The
+-- prompt, or a shared system prompt; a stream forked from it gets its own capacity and capture. opts: capacity
+-- (positions of its cache, room for what a later d:prefix(..., {from}) adds; default prompt + max_new + k + 1,
+-- max_new default 256), from (a prefix whose cache to take over), embeddings and use (embedding rows). The
 -- prefix's `reused` is the number of positions taken over. Synchronous (prefill = "sync").
 function Driver:prefix(prompt, opts)
     if type(prompt) ~= "table" or #prompt < 1 then error("driver:prefix: prompt must be a non-empty array of ids", 2) end
@@ -595,7 +598,6 @@ function Driver:prefix(prompt, opts)
         error("driver:prefix: capacity must hold the prompt and at least one new token", 2)
     end
     local media = prompt_media(opts, #prompt, "driver:prefix")
-    local capture = seq_mod.capture_flags(opts.capture, "driver:prefix", 3)
     local s, ok, err
     local from = opts.from
     if from ~= nil then
@@ -603,10 +605,10 @@ function Driver:prefix(prompt, opts)
             error("driver:prefix: opts.from must be a prefix of this driver", 2)
         end
         if not from.seq then error("driver:prefix: opts.from has no cache (freed, or taken over already)", 2) end
-        s = self:_take_over(from, prompt, capacity, capture)
+        s = self:_take_over(from, prompt, capacity)
     end
     if not s then
-        s = new_stream(self, prompt, self.k, capacity, capture)
+        s = new_stream(self, prompt, self.k, capacity)
         s.reused = 0
         ok, err = self:_start(s)
         if not ok then return nil, err end
@@ -619,14 +621,16 @@ function Driver:prefix(prompt, opts)
 end
 
 -- A prefix holding the first s.L tokens of stream s (its sequence forked, the pending MTP rows copied), for
--- d:add(prompt, {prefix = ...}). Call it between steps: from on_boundary, or between rounds.
+-- d:add(prompt, {prefix = ...}). Its cache holds those tokens only and records nothing (a stream forked from it
+-- gets its own capacity and capture). Call it between steps: from on_boundary, or between rounds.
 function Driver:snapshot(s)
     if not s.seq then error("driver:snapshot: the stream has no sequence", 2) end
-    local seq, err = s.seq:fork(s.L)
+    local capacity = math.max(s.L, 1)
+    local seq, err = s.seq:fork(s.L, self:_seq_opts(capacity))
     if not seq then return nil, err end
     local all = {}
     for i = 1, s.L do all[i] = s.all[i] end
-    local pre = new_stream(self, all, s.k, s.capacity, s.capture)
+    local pre = new_stream(self, all, s.k, capacity)
     pre.is_prefix, pre.pins, pre.seq, pre.L = true, 0, seq, s.L
     if s.k > 0 and s.hid_n > 0 then
         ffi.copy(pre.hid, s.hid, s.hid_n * self.D * 4)
@@ -667,7 +671,7 @@ function Driver:add(prompt, opts)
             if opts[key] ~= nil then error("driver:add: " .. key .. " needs a driver made with prefill = 'rounds'", 2) end
         end
     end
-    local capture = seq_mod.capture_flags(opts.capture, "driver:add", 3)
+    seq_mod.capture_flags(opts.capture, "driver:add", 3)   -- checked now: the sequence may be made in a round
     local pre = opts.prefix
     if getmetatable(prompt) == Stream and prompt.is_prefix then pre, prompt = prompt, prompt.all end
     if type(prompt) ~= "table" or #prompt < 1 then error("driver:add: prompt must be a non-empty array of ids", 2) end
@@ -683,17 +687,10 @@ function Driver:add(prompt, opts)
         if k > 0 and pre.layers < math.min(k, self.n_mtp) then
             error("driver:add: the prefix was made without the MTP layers this stream drafts with", 2)
         end
-        if bit.band(pre.capture, capture) ~= capture then
-            error("driver:add: the prefix was made without the capture this stream asks for", 2)
-        end
-        capacity, capture = pre.capacity, pre.capture
-        if #prompt + max_new + k + 1 > capacity then
-            error("driver:add: max_new " .. max_new .. " exceeds what the prefix was made for", 2)
-        end
     end
     local media = prompt_media(opts, #prompt, "driver:add")
 
-    local s = new_stream(self, prompt, k, capacity, capture)
+    local s = new_stream(self, prompt, k, capacity)
     s.max_new = max_new
     s.generated = {}
     s.stop = {}
@@ -716,8 +713,9 @@ function Driver:add(prompt, opts)
     s.done = false
     s.boundary, s.on_boundary = opts.boundary, opts.on_boundary
     s.media = media
-    if bit.band(capture, C.GLM53_CAPTURE_EXPERTS) ~= 0 then s.routed_experts = {} end
-    if bit.band(capture, C.GLM53_CAPTURE_SELECTION) ~= 0 then s.indexer_topk = {} end
+    s.capture = opts.capture
+    if s.capture and s.capture.experts then s.routed_experts = {} end
+    if s.capture and s.capture.selection then s.indexer_topk = {} end
     for _, key in ipairs({ "logprobs", "prompt_logprobs" }) do
         local n = opts[key]
         if n ~= nil and (type(n) ~= "number" or n < 0 or n > M.MAX_LOGPROBS or n % 1 ~= 0) then
@@ -1054,7 +1052,7 @@ function Driver:_verified(s, off)
         s.hid_n = committed
     end
     s.L = new_L
-    if s.capture ~= 0 and committed > 0 then self:_copy_capture(s, #s.generated - committed + 1, #s.generated) end
+    if s.capture and committed > 0 then self:_copy_capture(s, #s.generated - committed + 1, #s.generated) end
     return committed
 end
 

@@ -264,8 +264,7 @@ function Sched:_start(job)
     for i, c in ipairs(req.choices) do
         local k = c.k or 0
         local layers = math.min(k, n_mtp)
-        -- (a capturing stream neither forks a cached prefix, which records nothing, nor leaves one)
-        local pre = not emb and not c.capture and self.cache:lookup(ids, layers) or nil
+        local pre = not emb and self.cache:lookup(ids, layers) or nil
         if self.mx then
             self.mx.queries:inc(#ids)
             if pre then
@@ -280,8 +279,7 @@ function Sched:_start(job)
             prompt_logprobs = i == 1 and req.prompt_logprobs or nil, embeddings = emb, use = use, capture = c.capture,
         }
         local b = req.boundary
-        if i == 1 and b and not emb and not c.capture and b <= #ids - 1 and (not pre or pre.L < b)
-            and not self.cache:has(ids, b, layers) then
+        if i == 1 and b and not emb and b <= #ids - 1 and (not pre or pre.L < b) and not self.cache:has(ids, b, layers) then
             local cache = self.cache
             opts.boundary = b
             opts.on_boundary = function(s)
