@@ -132,7 +132,8 @@ describe("server", function()
     it("speculative decoding (MTP drafts, fixed or adaptive) keeps the greedy output and counts drafts", function()
         local base = chat(srv, { messages = USER, max_tokens = 30, temperature = 0, return_token_ids = true })
         local before = H.metric(H.metrics(srv), "vllm:spec_decode_num_drafts_total")
-        for _, spec in ipairs({ 3, { k = 4, draft = "threshold", threshold = 0.0 }, { k = 2, draft = "adaptive" } }) do
+        for _, spec in ipairs({ 3, { k = 4, draft = "threshold", threshold = 0.0 }, { k = 2, draft = "adaptive" },
+                                { k = 3, draft = "budget", budget = 4 } }) do
             local r = chat(srv, { messages = USER, max_tokens = 30, temperature = 0, return_token_ids = true,
                                   speculative = spec })
             assert.are.equal(200, r.status, r.body)

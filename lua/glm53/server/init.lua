@@ -31,7 +31,8 @@ raising params.fail(...) inside a handler does the same. Unknown paths get 404, 
 405 (with Allow). app:use(fn(req, res, app)) adds middleware, app:admit(fn(job, req)) an admission hook for
 generation requests (job: prompt_tokens, max_tokens, n, route, body; return status, message to refuse),
 app:policy(name, ctor) a sampling policy by name (requests: "policy": "name" or {"name": ..., options}),
-app:draft_policy(name, ctor) a speculative draft policy (requests: "speculative": {"k": 4, "draft": "name"}).
+app:draft_policy(name, ctor) a speculative draft policy (requests: "speculative": {"k": 4, "draft": "name"}; besides
+those, "threshold" and the policy directory's draft_NAME.lua files: "adaptive", "budget").
 
 Lifecycle: app:start() listens first (one log line says where), then loads the model on a libuv pool thread
 (glm53.engine.model.load_async): /health answers 503 while that runs and 200 once the server serves; the
@@ -261,6 +262,19 @@ end
 ---------------------------------------------------------------------------------------------------------------
 -- Policies and speculative decoding per request
 ---------------------------------------------------------------------------------------------------------------
+-- The constructor policy_dir/FILE.lua returns, kept in cache[name]; nil when there is no such file. A file that
+-- does not load fails the request (param: the request field; what: "policy" or "draft policy").
+local function load_policy_file(app, cache, name, file, param, what)
+    local chunk = loadfile(app.policy_dir .. "/" .. file .. ".lua")
+    if not chunk then return nil end
+    local ok, made = pcall(chunk)
+    if not ok or type(made) ~= "function" then
+        params.fail(400, what .. " '" .. name .. "' did not load: " .. tostring(made), param)
+    end
+    cache[name] = made
+    return made
+end
+
 -- A request's "policy" ("name" or {"name": ..., options...}) -> a constructor of one policy per stream, or nil.
 function App:resolve_policy(spec)
     if spec == nil then return nil end
@@ -272,17 +286,8 @@ function App:resolve_policy(spec)
     if type(name) ~= "string" or not name:match("^[%w_]+$") then
         params.fail(400, "'policy' must be a policy name or {\"name\": ..., options}", "policy")
     end
-    local ctor = self.policies[name]
-    if not ctor then
-        local chunk = loadfile(self.policy_dir .. "/" .. name .. ".lua")
-        if not chunk then params.fail(400, "unknown policy '" .. name .. "'", "policy") end
-        local ok, made = pcall(chunk)
-        if not ok or type(made) ~= "function" then
-            params.fail(400, "policy '" .. name .. "' did not load: " .. tostring(made), "policy")
-        end
-        ctor = made
-        self.policies[name] = ctor
-    end
+    local ctor = self.policies[name] or load_policy_file(self, self.policies, name, name, "policy", "policy")
+    if not ctor then params.fail(400, "unknown policy '" .. name .. "'", "policy") end
     popts.vocab_size = self.model.vocab_size
     popts.tokenizer = self.tokenizer
     local ok, probe = pcall(ctor, popts)   -- bad options fail the request now, not on the engine loop
@@ -293,19 +298,6 @@ end
 local BUILTIN_DRAFTS = {
     threshold = function(opts)
         return require("glm53.generation.driver").draft_threshold(tonumber(opts.threshold) or 0.3)
-    end,
-    -- deeper while drafts keep standing (docs/mtp.md's adaptive example)
-    adaptive = function(opts)
-        local floor_p = tonumber(opts.threshold) or 0.1
-        return {
-            depth = function(_, ctx)
-                local st = ctx.stream.stats
-                local rate = st.spec_decode_num_draft_tokens > 0 and
-                             st.spec_decode_num_accepted_tokens / st.spec_decode_num_draft_tokens or 0.5
-                return 1 + math.floor((ctx.stream.k - 1) * rate)
-            end,
-            keep = function(_, _, _, _, prob) return prob >= floor_p end,
-        }
     end,
 }
 
@@ -328,7 +320,9 @@ function App:resolve_speculative(spec)
     end
     if draft == nil or draft == "fixed" or k == 0 then return k, nil end
     if type(draft) ~= "string" then params.fail(400, "'speculative.draft' must be a name", "speculative") end
-    local ctor = self.drafts[draft] or BUILTIN_DRAFTS[draft]
+    -- registered, built in, or one the command line's --draft-policy NAME loads: draft_NAME.lua of the policy directory
+    local ctor = self.drafts[draft] or BUILTIN_DRAFTS[draft] or (draft:match("^[%w_]+$") and
+        load_policy_file(self, self.drafts, draft, "draft_" .. draft, "speculative", "draft policy"))
     if not ctor then params.fail(400, "unknown draft policy '" .. draft .. "'", "speculative") end
     local ok, err = pcall(ctor, dopts)
     if not ok then params.fail(400, "draft policy '" .. draft .. "': " .. tostring(err), "speculative") end
@@ -358,26 +352,6 @@ end
 ---------------------------------------------------------------------------------------------------------------
 -- Lifecycle
 ---------------------------------------------------------------------------------------------------------------
--- The ids that end generation: generation_config.json's eos_token_id when it has one, else GLM-5.3's stop set
--- (<|endoftext|>, <|user|>, <|observation|>) as far as the tokenizer has those tokens.
-local function stop_ids(dir, tok)
-    local file = require("glm53.util.file")
-    local text = file.read_file(dir .. "/generation_config.json")
-    local ok, cfg = pcall(function() return text and require("cjson").decode(text) end)
-    local out = {}
-    if ok and type(cfg) == "table" and cfg.eos_token_id ~= nil then
-        local e = cfg.eos_token_id
-        if type(e) == "number" then out = { e } elseif type(e) == "table" then out = e end
-    end
-    if #out == 0 then
-        for _, s in ipairs({ "<|endoftext|>", "<|user|>", "<|observation|>" }) do
-            local id = tok:token_id(s)
-            if id then out[#out + 1] = id end
-        end
-    end
-    return out
-end
-
 function App:start(on_ready)
     local opts = self.opts
     local limits = {}
@@ -434,7 +408,7 @@ function App:serve_model(m)
     local tok = assert(tokenizer.load(self.model_dir .. "/tokenizer.json"))
     self.model, self.tokenizer = m, tok
     self.n_valid = math.min(tok:n_vocab(), m.vocab_size)
-    self.stop_ids = stop_ids(self.model_dir, tok)
+    self.stop_ids = assert(require("glm53.generation.defaults").eos_ids(self.model_dir, tok))
     -- (the C config does not carry max_position_embeddings; config.json does)
     local text = require("glm53.util.file").read_file(self.model_dir .. "/config.json")
     local cfg_ok, cfg = pcall(require("cjson").decode, text or "")
