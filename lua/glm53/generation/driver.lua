@@ -70,11 +70,11 @@ batch:add_embedded does; the last prompt row must be a token. MTP drafting sees 
 rows (their hidden states are the target's, which did see the image), which can only lower acceptance: the
 output is still exactly the target's.
 
-Research capture: d:add opts.capture = { experts = true, selection = true } makes the stream's
-sequence record routing and selection (glm53.engine.seq); as tokens are committed, the records of the row that
-chose generated token i (the position of the token before it) are copied out: s.routed_experts[i] (one array of
-expert ids per MoE layer, in layer order, best first) and s.indexer_topk[i] (one array of attended positions per
-sparse MLA layer with its own indexer, in layer order; the -1 padding dropped).
+Research capture: d:add opts.capture = { experts = true, selection = true } makes the stream's sequence record
+routing and selection (glm53.engine.seq); as tokens are committed, the records of the row that chose generated
+token i (the position of the token before it) are copied out: s.routed_experts[i] (one array of expert ids per
+MoE layer, in layer order, best first) and s.indexer_topk[i] (one array of attended positions per sparse MLA
+layer with its own indexer, in layer order), -1 entries dropped.
 
 Serving (a luv loop; glm53.server.scheduler):
   - opts.step(batch, mtp_opts) runs every step instead of Model:step / Model:mtp_step (mtp_opts = {mtp_layer,
