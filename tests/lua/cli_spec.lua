@@ -165,18 +165,20 @@ end)
 
 ---------------------------------------------------------------------------------------------------------------
 describe("glm53 (the program)", function()
+    local COMMANDS = { "generate", "chat", "logits", "tokenize", "bench", "mtp-depth", "expert-usage", "lua" }
+
     it("--help lists exactly the commands that exist", function()
         local out, rc = run(GLM53 .. "--help")
         assert.are.equal(0, rc, out)
         local names = {}
         for name in out:match("\ncommands:\n(.-)\n\n"):gmatch("  ([%w%-]+)%s%s+") do names[#names + 1] = name end
-        assert.are.same({ "generate", "chat", "logits", "tokenize", "bench", "mtp-depth", "lua" }, names)
+        assert.are.same(COMMANDS, names)
         assert.is_nil(out:find("serve", 1, true))
         assert.is_nil(out:find("\n  eval", 1, true))
     end)
 
     it("gives every command a --help, and refuses unknown commands and options with status 2", function()
-        for _, name in ipairs({ "generate", "chat", "logits", "tokenize", "bench", "mtp-depth", "lua" }) do
+        for _, name in ipairs(COMMANDS) do
             local out, rc = run(GLM53 .. name .. " --help")
             assert.are.equal(0, rc, out)
             assert.matches("^usage: glm53 " .. name:gsub("%-", "%%-"), out)
