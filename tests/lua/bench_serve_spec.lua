@@ -1,8 +1,7 @@
 -- glm53.bench.serve and scripts/bench_serve.lua (acceptance 4): the metrics of a small hand-made trace,
 -- computed by hand below with vLLM's definitions (vllm/benchmarks/serve.py, calculate_metrics; numpy's linear
 -- percentiles); the arrival schedules; a 30-second load against a server; the sweep, A/B and /metrics paths of the
--- command line. The server is tests/lua/mock_openai_server.lua (answering from the engine in-process on
--- models/tiny), since scripts/serve.lua is not in this tree.
+-- command line. The server is ours (scripts/serve.lua on the bundled model, tests/lua/eval_helpers.start_server).
 local cjson = require("cjson")
 local file = require("glm53.util.file")
 local serve = require("glm53.bench.serve")
@@ -116,12 +115,13 @@ describe("serve.arrivals", function()
 end)
 
 describe("serve.run against a server", function()
-    local mock
-    setup(function() mock = h.start_mock("--concurrency 4 --spec-k 2") end)
-    teardown(function() if mock then mock:stop() end end)
+    local server
+    setup(function() server = h.start_server({ "--max-num-seqs", "4" }) end)
+    teardown(function() if server then server:stop() end end)
 
     it("keeps a load of 4 concurrent streams for 30 seconds", function()
-        local r = assert(serve.run({ server = mock.url, prompts = serve.random_prompts(8, 24, 1), max_tokens = 16,
+        local r = assert(serve.run({ server = server.url, prompts = serve.random_prompts(8, 24, 1), max_tokens = 16,
+                                     extra = { speculative = 2 },
                                      ignore_eos = true, max_concurrency = 4, duration = 30, seed = 1 }))
         assert.is_true(r.duration >= 30 and r.duration < 45, "duration " .. r.duration)
         local m = serve.metrics(r.outputs, r.duration)
@@ -136,14 +136,14 @@ describe("serve.run against a server", function()
         end
         assert.is_true(m.ttft_ms.median > 0 and m.tpot_ms.median > 0 and m.itl_ms.p99 >= m.itl_ms.median)
         assert.is_true(m.output_throughput > 0)
-        -- The mock drafts with its MTP layer: /metrics before and after give the acceptance per position.
+        -- The requests ask for 2 MTP drafts: /metrics before and after give the acceptance per position.
         assert.truthy(r.spec)
         assert.are.equal(2, #r.spec.per_position_acceptance_rates)
         assert.is_true(r.spec.acceptance_rate >= 0 and r.spec.acceptance_rate <= 1)
     end)
 
     it("sends at a request rate", function()
-        local r = assert(serve.run({ server = mock.url, prompts = serve.random_prompts(4, 8, 2), max_tokens = 4,
+        local r = assert(serve.run({ server = server.url, prompts = serve.random_prompts(4, 8, 2), max_tokens = 4,
                                      num_prompts = 20, request_rate = 40, burstiness = math.huge, spec_metrics = false }))
         local starts = {}
         for i, o in ipairs(r.outputs) do starts[i] = o.start_time end
@@ -157,8 +157,9 @@ describe("serve.run against a server", function()
         local dir = os.tmpname()
         os.remove(dir)
         -- the sweep through `scripts/bench.lua serve` (= glm53 bench serve), the A/B through scripts/bench_serve.lua
-        local p = io.popen(h.LUAJIT .. " scripts/bench.lua serve --server " .. mock.url .. " --num-prompts 12 " ..
-                           "--max-concurrency 1,2 --output-len 8 --ignore-eos --goodput ttft:5000 tpot:1000 --out " ..
+        local p = io.popen(h.LUAJIT .. " scripts/bench.lua serve --server " .. server.url .. " --num-prompts 12 " ..
+                           "--max-concurrency 1,2 --output-len 8 --ignore-eos --goodput ttft:5000 tpot:1000 " ..
+                           "--extra '{\"speculative\":2}' --out " ..
                            dir .. " 2>&1; echo \"exit status $?\"")
         local out = p:read("*a")
         p:close()
@@ -172,7 +173,7 @@ describe("serve.run against a server", function()
         local html = assert(file.read_file(dir .. "/report.html"))
         assert.truthy(html:find("output throughput vs max concurrency", 1, true))
         assert.truthy(html:find("MTP acceptance per draft position", 1, true))
-        p = io.popen(h.LUAJIT .. " scripts/bench_serve.lua --server " .. mock.url .. " --extra-b '{\"max_tokens\":1}' " ..
+        p = io.popen(h.LUAJIT .. " scripts/bench_serve.lua --server " .. server.url .. " --extra-b '{\"max_tokens\":1}' " ..
                      "--num-prompts 10 --output-len 64 --ignore-eos --out " .. dir .. "/ab 2>&1; echo \"exit status $?\"")
         out = p:read("*a")
         p:close()

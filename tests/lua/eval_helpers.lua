@@ -1,6 +1,6 @@
 -- Test helpers for the eval runner and load-generator specs: child processes started outside the luv loop
--- (so a spec's uv.run() is not held open by them), the mock OpenAI server, record files compared without their
--- wall-clock field, and a PNG reader for the headless-Chromium screenshot checks.
+-- (so a spec's uv.run() is not held open by them), our server on a free port, record files compared without
+-- their wall-clock field, and a PNG reader for the headless-Chromium screenshot checks.
 local ffi = require("ffi")
 local file = require("glm53.util.file")
 
@@ -34,15 +34,11 @@ function M.start(command)
     }
 end
 
--- The mock OpenAI server (tests/lua/mock_openai_server.lua) on a free port: { url, port, pid, stop }.
-function M.start_mock(args)
-    local child = M.start(M.LUAJIT .. " tests/lua/mock_openai_server.lua --model models/tiny --port 0 " .. (args or "") ..
-                          " 2>/dev/null")
-    local line = child.pipe:read("*l")
-    local port = line and tonumber(line:match("^port (%d+)$"))
-    assert(port, "the mock server did not start: " .. tostring(line))
-    child.port, child.url = port, "http://127.0.0.1:" .. port
-    return child
+-- Our server (scripts/serve.lua, the bundled model) on a free loopback port, serving: { url, port, stop }.
+-- args: its extra command-line arguments (a list).
+function M.start_server(args)
+    local srv = require("server_helpers").start(args)
+    return { url = "http://127.0.0.1:" .. srv.port, port = srv.port, stop = function() srv.stop() end }
 end
 
 -- Lines of a records file with the wall-clock field (latency_s, always last) cut off.

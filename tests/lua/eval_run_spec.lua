@@ -3,8 +3,8 @@
 --   records: fixed key order, a partial last line cut off, error records retried, duplicates refused;
 --   acceptance 2: a run killed with SIGKILL half-way and restarted ends with the same JSONL as an
 --     uninterrupted run (identical bytes but for the wall-clock latency_s field);
---   acceptance 3: in-process and against a server (tests/lua/mock_openai_server.lua, which answers from the
---     engine in-process; scripts/serve.lua is not in this tree) the records and scores are equal;
+--   acceptance 3: in-process and against our server (scripts/serve.lua on the same model) the records and scores
+--     are equal;
 --   the summary's counts and Wilson intervals, the paired comparison, and the report in headless Chromium
 --     (acceptance 5: the screenshot shows the table and the plots).
 local cjson = require("cjson")
@@ -165,10 +165,10 @@ describe("scripts/eval.lua", function()
     end)
 
     it("gives the same records and scores against a server as in-process (chat and text prompts)", function()
-        local mock = h.start_mock("--concurrency 4")
+        local server = h.start_server({ "--max-num-seqs", "4" })
         local ok_all, err = pcall(function()
             local dir = TMP .. "/server"
-            local out, ok = sh(eval_cmd(common .. " --server " .. mock.url .. " --out " .. dir))
+            local out, ok = sh(eval_cmd(common .. " --server " .. server.url .. " --out " .. dir))
             assert.is_true(ok, out)
             assert.are.equal(h.records_without_latency(uninterrupted .. "/records.jsonl"),
                              h.records_without_latency(dir .. "/records.jsonl"))
@@ -179,7 +179,7 @@ describe("scripts/eval.lua", function()
             local text_args = "gsm8k_cot --fewshot 3 --limit 8 --max-tokens 24 --concurrency 2 --progress-every 100"
             out, ok = sh(eval_cmd(text_args .. " --out " .. TMP .. "/text_local"))
             assert.is_true(ok, out)
-            out, ok = sh(eval_cmd(text_args .. " --server " .. mock.url .. " --out " .. TMP .. "/text_server"))
+            out, ok = sh(eval_cmd(text_args .. " --server " .. server.url .. " --out " .. TMP .. "/text_server"))
             assert.is_true(ok, out)
             assert.are.equal(h.records_without_latency(TMP .. "/text_local/records.jsonl"),
                              h.records_without_latency(TMP .. "/text_server/records.jsonl"))
@@ -187,7 +187,7 @@ describe("scripts/eval.lua", function()
             assert.are.equal("string", type(first.prompt))
             assert.are.equal(cjson.null, first.reasoning)
         end)
-        mock:stop()
+        server.stop()
         assert(ok_all, err)
     end)
 

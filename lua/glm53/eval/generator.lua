@@ -2,7 +2,7 @@
 glm53.eval.generator - text generation requests over the generation driver (glm53.generation.driver): several
 at once (a request joins between rounds as soon as a stream is free), stop strings through the tokenizer's
 streaming detokeniser, stop tokens, and a result per request with token counts and timings. The eval runner
-drives it to the end with :run(); an event loop (tests/lua/mock_openai_server.lua) calls :step() between I/O.
+drives it to the end with :run(); an event loop can call :step() between I/O.
 
     local generator = require("glm53.eval.generator")
     local g = assert(generator.new(m, tok, { max_seqs = 4 }))

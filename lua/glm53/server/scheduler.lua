@@ -78,6 +78,11 @@ function Sched:_metrics(reg)
     local mx = {}
     reg:gauge("vllm:num_requests_running", "Requests in the running batch.", function() return #self.jobs end)
     reg:gauge("vllm:num_requests_waiting", "Requests waiting in the queue.", function() return self:waiting() end)
+    reg:gauge("glm53:debug_queue", "debug", function() return #self.queue end)
+    reg:gauge("glm53:debug_idle", "debug", function() return self.idle and 1 or 0 end)
+    reg:gauge("glm53:debug_kicked", "debug", function() return self.kicked and 1 or 0 end)
+    reg:gauge("glm53:debug_active", "debug", function() return self.d:active() end)
+    reg:gauge("glm53:debug_status", "debug", function() return coroutine.status(self.co) == "suspended" and 1 or 0 end)
     mx.prompt = reg:counter("vllm:prompt_tokens_total", "Prompt tokens of admitted requests.")
     mx.generation = reg:counter("vllm:generation_tokens_total", "Generated tokens.")
     mx.success = reg:counter("vllm:request_success_total", "Finished requests by finish reason.")
@@ -212,11 +217,15 @@ function Sched:submit(req)
     return job
 end
 
--- Runs a job callback; an error in it cancels the job (the loop goes on).
+-- Runs a job callback; an error in it ends the job with a 500 for its client (its on_error; if that fails too,
+-- the job is cancelled) and the loop goes on. A request must never be left without an answer.
 function Sched:_call(job, fn, ...)
     local ok, err = xpcall(fn, debug.traceback, job, ...)
     if not ok then
         self.log("error", "request callback: " .. tostring(err))
+        if fn ~= job.on_error then
+            self:_error(job, 500, "internal server error: " .. tostring(err):match("^[^\n]*"):gsub("^[^:]*:%d+: ", ""))
+        end
         job:cancel()
     end
 end
@@ -351,8 +360,9 @@ function Sched:_finished(job, now)
         mx.drafts:inc(st.spec_decode_num_drafts)
         mx.draft_tokens:inc(st.spec_decode_num_draft_tokens)
         mx.accepted:inc(st.spec_decode_num_accepted_tokens)
+        -- every position the stream could draft gets its series, accepted or not (as vLLM's counter has them)
         for p, a in ipairs(st.spec_decode_num_accepted_tokens_per_pos) do
-            if a > 0 then mx.accepted_pos:inc(a, { position = tostring(p - 1) }) end
+            mx.accepted_pos:inc(a, { position = tostring(p - 1) })
         end
     end
     mx.generation:inc(tokens)
