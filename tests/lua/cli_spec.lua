@@ -251,6 +251,20 @@ describe("glm53 generate", function()
         assert.are.equal(r.text:sub(-1) == "\n" and r.text or r.text .. "\n", raw)
     end)
 
+    it("--capture adds each generated token's routed experts and attended positions to --json", function()
+        local prompt = { 5, 77, 301, 12 }
+        local r = json_of(run(GLM53 .. "generate --tokens 5,77,301,12 --max-tokens 7 --ignore-eos --spec-k 2 --json " ..
+                              "--capture experts,selection"))
+        local m = assert(require("glm53.engine.model").load("models/tiny", { threads = 1 }))
+        local experts, selection = h.capture_reference(m, prompt, r.ids)
+        m:free()
+        assert.are.equal(7, #r.routed_experts)
+        assert.are.same(experts, r.routed_experts)
+        assert.are.same(selection, r.indexer_topk)
+        local out, rc = run(GLM53 .. "generate --tokens 1,2 --capture experts")
+        assert_one_line(out, rc, 2, "glm53 generate:", "%-%-capture needs %-%-json")
+    end)
+
     it("takes the prompt from the argument, --file, stdin (-), or --tokens, and --raw skips the template", function()
         local a = json_of(run(GLM53 .. "generate --max-tokens 6 --json 'Tell me'"))
         local f = tmp .. "/prompt.txt"

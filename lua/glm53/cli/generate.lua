@@ -45,6 +45,8 @@ object at the end instead of streamed text (docs/cli.md lists its fields).]],
     }, common.model_options(), common.sampling_options(), common.generation_options(256), {
         "Output:",
         { "json", flag = true, help = "one JSON object at the end instead of streamed text" },
+        { "capture", metavar = "LIST", help = "experts,selection: with --json, the routed experts (routed_experts) " ..
+                                             "and attended positions (indexer_topk) behind each generated token" },
         { "special", flag = true, help = "keep special tokens in the text" },
         { "quiet", flag = true, help = "no statistics line on stderr" },
     }),
@@ -145,9 +147,21 @@ function M.run(args)
     local policy = common.load_policy(args, ctx)
     local d = common.driver(ctx, args, policy)
 
+    local capture
+    if args.capture then
+        capture = {}
+        for what in args.capture:gmatch("[^,]+") do
+            if what ~= "experts" and what ~= "selection" then
+                cli.usage_error("--capture: 'experts' and/or 'selection', got '" .. what .. "'")
+            end
+            capture[what] = true
+        end
+        if not args.json then cli.usage_error("--capture needs --json (the records go into its object)") end
+    end
     local t0 = clock.now()
     local s, err = d:add(ids, { max_new = args.max_tokens, stop_ids = common.stop_ids(ctx, args),
-                                embeddings = media and media.embeddings, use = media and media.use })
+                                embeddings = media and media.embeddings, use = media and media.use,
+                                capture = capture })
     if not s then cli.fail(err) end
     local think = common.ends_in_think(ctx, ids)
     local out
@@ -202,6 +216,18 @@ function M.run(args)
                                             '"accepted_per_pos": [%s]}', st.spec_decode_num_drafts,
                                             st.spec_decode_num_draft_tokens, st.spec_decode_num_accepted_tokens,
                                             table.concat(st.spec_decode_num_accepted_tokens_per_pos, ","))
+        -- per generated token, one array per MoE (sparse) layer: [[[ids of layer a], [ids of layer b]], ...]
+        local function nested(list)
+            local tokens = {}
+            for i = 1, #r.ids do
+                local layers = {}
+                for j, ids_of_layer in ipairs(list[i] or {}) do layers[j] = "[" .. table.concat(ids_of_layer, ",") .. "]" end
+                tokens[i] = "[" .. table.concat(layers, ",") .. "]"
+            end
+            return "[" .. table.concat(tokens, ",") .. "]"
+        end
+        if capture and capture.experts then fields[#fields + 1] = '"routed_experts": ' .. nested(s.routed_experts) end
+        if capture and capture.selection then fields[#fields + 1] = '"indexer_topk": ' .. nested(s.indexer_topk) end
         io.stdout:write(table.concat(fields, ", "), "}\n")
     elseif not args.quiet then
         local line = string.format("prefill %d tokens: %.1f tok/s; decode %d tokens: %.1f tok/s; finish: %s",
