@@ -39,6 +39,8 @@
 
 #include "core/base/base.h"
 
+#include <stdio.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -129,6 +131,13 @@ struct glm53_backend_ops {
     void         (*graph_free)(glm53_backend *be, glm53_graph *graph);
     /* OPTIONAL. Counters since the instance was made. */
     void         (*counters)(glm53_backend *be, glm53_backend_counters *out);
+    /* OPTIONAL. Per-kernel timing, the tool behind kernels/cuda/bench/profile_step.c: profile_start clears the
+     * record and starts timing the work this instance enqueues (an event after every kernel and copy, so the
+     * time between two events is the work between them; nothing is recorded while capturing); profile_report
+     * writes one row per label (calls, total, mean, share) to `out`, longest first, and stops. Timing adds
+     * host work per launch, so it is for finding where time goes, not for the headline figures. */
+    glm53_status (*profile_start)(glm53_backend *be);
+    glm53_status (*profile_report)(glm53_backend *be, FILE *out);
 
     /* === linear (linear.c / linear.cu) ======================================================================== */
     /* y[M,N] = x[M,K] * w[N,K]^T. w: F32, BF16, F16, or F8_E4M3 with scale (dequantised on the fly). */

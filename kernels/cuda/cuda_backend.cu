@@ -26,8 +26,10 @@
  */
 #include "kernels/cuda/cuda_common.cuh"
 
+#include <algorithm>
 #include <mutex>
 #include <new>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -37,14 +39,24 @@ static const size_t CUBLAS_WORKSPACE_BYTES = 32u << 20;
 /* ------------------------------------------------------------------------------------------------------------
  * Shared helpers declared in cuda_common.cuh
  */
+static void profile_fold(cuda_backend *cb);
+
+/* Every op starts here. While profiling, an event at op entry charges the time since the previous op's last
+ * kernel to "device idle": that interval is zero when the host is ahead of the device, and it is the launch
+ * gap (or the host's work between steps) when the device ran dry. */
 glm53_status cuda_enter(cuda_backend *cb) {
     CUDA_TRY(cudaSetDevice(cb->device));
+    if (cb->profile) {
+        cb->profile_detail[0] = '\0';
+        cuda_profile_mark(cb, "(device idle: waiting for the host)");
+    }
     return GLM53_OK;
 }
 
 glm53_status cuda_stream_wait(cuda_backend *cb) {
     cb->counters.host_syncs++;
     CUDA_TRY(cudaStreamSynchronize(cb->stream));
+    if (cb->profile) profile_fold(cb);
     return GLM53_OK;
 }
 
@@ -269,6 +281,125 @@ static glm53_status cuda_finish(cuda_backend *cb, const char *what) {
     return GLM53_OK;
 }
 
+/* ------------------------------------------------------------------------------------------------------------
+ * Per-kernel timing (profile_start / profile_report)
+ *
+ * An event is recorded on the stream after every kernel, cuBLAS call and copy (CUDA_LAUNCHED and the copy
+ * paths call cuda_profile_mark) and at every op's entry. The stream runs in order, so the time between two
+ * consecutive events is the work enqueued between them, charged to the later event's label. Intervals are
+ * read when the host waits for the stream anyway (cuda_stream_wait), or when the event buffer is full (then
+ * with a wait of its own, not counted in the counters).
+ */
+struct cuda_profile {
+    enum { MAX_EVENTS = 4096 };
+    cudaEvent_t events[MAX_EVENTS];   /* events[0]: the end of the previous interval */
+    std::string labels[MAX_EVENTS];
+    int         n_events = 0;         /* recorded in the current window, events[0] included */
+    struct total { std::string label; int64_t calls; double ms; };
+    std::vector<total>                      totals;
+    std::unordered_map<std::string, size_t> index;   /* label -> totals[] */
+    int64_t     host_waits = 0;       /* windows folded at a stream wait: one per step in a decode loop */
+};
+
+/* Charges every completed interval of the window to its label; events[n-1] becomes the next window's start. */
+static void profile_fold(cuda_backend *cb) {
+    cuda_profile *p = cb->profile;
+    for (int i = 1; i < p->n_events; i++) {
+        float ms = 0.0f;
+        if (cudaEventElapsedTime(&ms, p->events[i - 1], p->events[i]) != cudaSuccess) {
+            (void)cudaGetLastError();
+            continue;
+        }
+        auto it = p->index.find(p->labels[i]);
+        size_t k;
+        if (it == p->index.end()) {
+            k = p->totals.size();
+            p->index.emplace(p->labels[i], k);
+            p->totals.push_back({p->labels[i], 0, 0.0});
+        } else {
+            k = it->second;
+        }
+        p->totals[k].calls++;
+        p->totals[k].ms += ms;
+    }
+    if (p->n_events > 1) std::swap(p->events[0], p->events[p->n_events - 1]);
+    p->n_events = p->n_events > 0 ? 1 : 0;
+    p->host_waits++;
+}
+
+void cuda_profile_mark(cuda_backend *cb, const char *what) {
+    cuda_profile *p = cb->profile;
+    if (!p || cb->capturing) return;   /* events in a graph would have no time to read */
+    if (p->n_events == cuda_profile::MAX_EVENTS) {
+        cudaEventSynchronize(p->events[p->n_events - 1]);
+        profile_fold(cb);
+        p->host_waits--;   /* not a wait of the caller's */
+    }
+    int i = p->n_events++;
+    p->labels[i] = what;
+    if (cb->profile_detail[0]) p->labels[i] += cb->profile_detail;
+    if (cudaEventRecord(p->events[i], cb->stream) != cudaSuccess) {
+        (void)cudaGetLastError();
+        p->n_events--;
+    }
+}
+
+static void profile_free(cuda_backend *cb) {
+    if (!cb->profile) return;
+    for (cudaEvent_t e : cb->profile->events)
+        if (e) cudaEventDestroy(e);
+    delete cb->profile;
+    cb->profile = nullptr;
+}
+
+static glm53_status cuda_profile_start(glm53_backend *be) {
+    cuda_backend *cb = cuda_impl(be);
+    profile_free(cb);
+    GLM53_TRY(cuda_enter(cb));
+    cuda_profile *p = new (std::nothrow) cuda_profile();
+    if (!p) return GLM53_FAIL(GLM53_ERR_OUT_OF_MEMORY, "cuda profile: no host memory");
+    for (cudaEvent_t &e : p->events) e = nullptr;
+    for (cudaEvent_t &e : p->events) {
+        cudaError_t err = cudaEventCreate(&e);
+        if (err != cudaSuccess) {
+            cb->profile = p;
+            profile_free(cb);
+            return GLM53_FAIL(GLM53_ERR_BACKEND, "cuda profile: cudaEventCreate: %s", cudaGetErrorString(err));
+        }
+    }
+    CUDA_TRY(cudaStreamSynchronize(cb->stream));   /* the record starts with an idle stream */
+    cb->profile = p;
+    cb->profile_detail[0] = '\0';
+    cuda_profile_mark(cb, "(start)");
+    return GLM53_OK;
+}
+
+static glm53_status cuda_profile_report(glm53_backend *be, FILE *out) {
+    cuda_backend *cb = cuda_impl(be);
+    if (!cb->profile) return GLM53_FAIL(GLM53_ERR_INVALID_ARG, "cuda profile_report without profile_start");
+    CUDA_TRY(cudaSetDevice(cb->device));
+    CUDA_TRY(cudaStreamSynchronize(cb->stream));
+    profile_fold(cb);
+    cuda_profile *p = cb->profile;
+    int64_t waits = p->host_waits - 1;   /* the fold just above is not one of the caller's */
+    std::vector<cuda_profile::total> rows = p->totals;
+    std::sort(rows.begin(), rows.end(), [](const cuda_profile::total &a, const cuda_profile::total &b) {
+        return a.ms > b.ms;
+    });
+    double sum = 0.0;
+    for (const auto &r : rows) sum += r.ms;
+    int64_t per = waits > 0 ? waits : 1;
+    fprintf(out, "%-64s %9s %11s %10s %10s %7s\n", "kernel (label)", "calls", "total ms", "us / call", "ms / wait",
+            "share");
+    for (const auto &r : rows)
+        fprintf(out, "%-64s %9lld %11.3f %10.2f %10.4f %6.1f%%\n", r.label.c_str(), (long long)r.calls, r.ms,
+                r.calls ? 1e3 * r.ms / (double)r.calls : 0.0, r.ms / (double)per, sum > 0 ? 100.0 * r.ms / sum : 0.0);
+    fprintf(out, "%-64s %9s %11.3f %10s %10.4f %6.1f%%\n", "total", "", sum, "", sum / (double)per, 100.0);
+    fprintf(out, "host waits (steps) in the record: %lld\n", (long long)waits);
+    profile_free(cb);
+    return GLM53_OK;
+}
+
 static glm53_status cuda_alloc(glm53_backend *be, glm53_tensor *t) {
     cuda_backend *cb = cuda_impl(be);
     assert(t->ndim >= 0 && t->ndim <= GLM53_MAX_DIMS);
@@ -291,6 +422,7 @@ static glm53_status cuda_upload(glm53_backend *be, glm53_tensor *dst, const void
     GLM53_TRY(cuda_enter(cb));
     size_t n = glm53_tensor_nbytes(dst);
     if (n) CUDA_TRY(cudaMemcpyAsync(dst->data, host_src, n, cudaMemcpyHostToDevice, cb->stream));
+    if (cb->profile) cuda_profile_mark(cb, "upload");
     return cuda_stream_wait(cb);   /* the caller may reuse host_src as soon as we return */
 }
 
@@ -303,6 +435,7 @@ static glm53_status copy_async(glm53_backend *be, const glm53_tensor *device, vo
     void *dst = kind == cudaMemcpyHostToDevice ? device->data : pinned;
     const void *src = kind == cudaMemcpyHostToDevice ? pinned : device->data;
     if (n) CUDA_TRY(cudaMemcpyAsync(dst, src, n, kind, cb->stream));
+    if (cb->profile) cuda_profile_mark(cb, kind == cudaMemcpyHostToDevice ? "upload (async)" : "download (async)");
     return GLM53_OK;
 }
 
@@ -403,6 +536,7 @@ static glm53_status cuda_download(glm53_backend *be, void *host_dst, const glm53
     GLM53_TRY(cuda_enter(cb));
     size_t n = glm53_tensor_nbytes(src);
     if (n) CUDA_TRY(cudaMemcpyAsync(host_dst, src->data, n, cudaMemcpyDeviceToHost, cb->stream));
+    if (cb->profile) cuda_profile_mark(cb, "download");
     return cuda_finish(cb, "download");
 }
 
@@ -418,6 +552,7 @@ static glm53_status cuda_copy(glm53_backend *be, glm53_tensor *dst, const glm53_
         if (dst->data != src->data)
             CUDA_TRY(cudaMemcpyAsync(dst->data, src->data, glm53_tensor_nbytes(src), cudaMemcpyDeviceToDevice,
                                      cb->stream));
+        if (cb->profile) cuda_profile_mark(cb, "copy");
         return GLM53_OK;
     }
     if (!cuda_is_act(dst) || !cuda_is_act(src))
@@ -471,6 +606,7 @@ static void cuda_destroy(glm53_backend *be) {
     if (cb) {
         cudaSetDevice(cb->device);
         if (cb->stream) cudaStreamSynchronize(cb->stream);
+        profile_free(cb);
         if (cb->allocator) {
             for (auto &bucket : cb->allocator->free_blocks)
                 for (void *p : bucket.second) cudaFree(p);
@@ -557,6 +693,8 @@ static const glm53_backend_ops cuda_ops = {
     .graph_launch = cuda_graph_launch,
     .graph_free = cuda_graph_free,
     .counters = cuda_counters,
+    .profile_start = cuda_profile_start,
+    .profile_report = cuda_profile_report,
     .matmul = cuda_matmul,
     .rmsnorm = cuda_rmsnorm,
     .layernorm = cuda_layernorm,

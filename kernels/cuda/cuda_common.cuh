@@ -33,6 +33,7 @@
  * Backend state
  */
 struct cuda_allocator;   /* the caching allocator, cuda_backend.cu */
+struct cuda_profile;     /* per-kernel timing between profile_start and profile_report, cuda_backend.cu */
 
 /* Which op recorded a fault (cuda_fault.op); 0 = none. */
 enum cuda_fault_op {
@@ -66,6 +67,8 @@ struct cuda_backend {
     struct { const void *kernel; size_t bytes; } smem_opted[32];   /* kernels already opted in, and how far */
     int32_t         n_smem_opted;
     glm53_backend_counters counters;    /* cudaMallocs and host waits since creation (the test hook) */
+    cuda_profile   *profile;            /* non-NULL while timing kernels (profile_start) */
+    char            profile_detail[48]; /* appended to the next labels (a matmul's M x N x K), "" for none */
 };
 
 static inline cuda_backend *cuda_impl(glm53_backend *be) { return (cuda_backend *)be->impl; }
@@ -87,14 +90,20 @@ static inline cuda_backend *cuda_impl(glm53_backend *be) { return (cuda_backend 
             return GLM53_FAIL(GLM53_ERR_BACKEND, "cublas: %s: %s", #call, cublasGetStatusString(cublas_try_st_)); \
     } while (0)
 
-/* After every <<<...>>>: a bad launch configuration or a missing kernel image shows up here, not later. */
+/* After every <<<...>>> (with `cb` in scope): a bad launch configuration or a missing kernel image shows up
+ * here, not later; while profiling, the kernel's end is marked with the label `what`. */
 #define CUDA_LAUNCHED(what)                                                                                  \
     do {                                                                                                     \
         cudaError_t cuda_launch_err_ = cudaGetLastError();                                                   \
         if (cuda_launch_err_ != cudaSuccess)                                                                 \
             return GLM53_FAIL(GLM53_ERR_BACKEND, "cuda %s: kernel launch: %s", (what),                       \
                               cudaGetErrorString(cuda_launch_err_));                                         \
+        if (cb->profile) cuda_profile_mark(cb, (what));                                                      \
     } while (0)
+
+/* Profiling (profile_start): records an event on the stream labelled `what` (plus cb->profile_detail); the
+ * time from the previous event to this one is charged to the label. */
+void cuda_profile_mark(cuda_backend *cb, const char *what);
 
 /* Makes the backend's device current for the calling thread (a step may run on a worker thread). */
 glm53_status cuda_enter(cuda_backend *cb);

@@ -98,6 +98,7 @@ static glm53_status gemm(cuda_backend *cb, int64_t M, int64_t N, int64_t K, cons
     const float one = 1.0f, zero = 0.0f;
     CUBLAS_TRY(cublasGemmEx(cb->cublas, CUBLAS_OP_T, CUBLAS_OP_N, (int)N, (int)M, (int)K, &one, w, w_type, (int)K, x,
                             x_type, (int)K, &zero, y, y_type, (int)N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    if (cb->profile) cuda_profile_mark(cb, "matmul (cublas)");
     return GLM53_OK;
 }
 
@@ -112,6 +113,9 @@ glm53_status cuda_matmul(glm53_backend *be, glm53_tensor *y, const glm53_tensor 
     GLM53_TRY(cuda_weight_ref(w, &wr, "matmul"));
     GLM53_TRY(cuda_enter(cb));
     if (M == 0 || N == 0) return GLM53_OK;
+    if (cb->profile)
+        snprintf(cb->profile_detail, sizeof cb->profile_detail, " %lldx%lldx%lld %s", (long long)M, (long long)N,
+                 (long long)K, glm53_dtype_name((glm53_dtype)w->dtype));
 
     if (w->dtype == GLM53_F8_E4M3 && M <= GEMV_MAX_M) {
         int warps = GEMV_THREADS / 32;
