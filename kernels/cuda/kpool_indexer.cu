@@ -1,10 +1,11 @@
 /*
- * ops_indexer.cu - the KPool "lightning" indexer (glm53-architecture.md section 4.7) on the CUDA backend: pool
+ * kpool_indexer.cu - the KPool "lightning" indexer (glm53-architecture.md section 4.7) on the CUDA backend: pool
  * compression, scoring of closed pools, and the per-row selection of positions.
  *
  * kpool_compress: one thread per (pool, channel), a softmax over the P slots in F32.
- * kpool_score: a block per (query row, 128 pools); the row's Q [Hi, dI] and head weights sit in shared memory
- *   and each thread scores one pool.
+ * kpool_score: a block per (query row, 32 pools); the row's Q [Hi, dI] and head weights sit in shared memory,
+ *   a warp scores one pool at a time (the key read once into registers, a warp sum per head). A thread per
+ *   pool, as before, ran 302 us per decode call at the real dims (a serial 4096-term loop per thread).
  * kpool_select: a block per query row. When every closed pool fits the budget the answer is 0 .. G*P-1.
  *   Otherwise a radix select over the scores' order-preserving 32-bit keys (four passes of 8 bits, a shared
  *   histogram each) finds the key of the n_select-th best pool and how many pools with exactly that key are
@@ -16,7 +17,12 @@
 
 #include <cub/block/block_scan.cuh>
 
-enum { SCORE_THREADS = 128, SELECT_THREADS = 256 };
+enum {
+    SCORE_THREADS = 256,
+    SCORE_POOLS = 32,      /* pools per kpool_score block: 4 per warp */
+    SCORE_KEY_REGS = 4,    /* key channels a lane keeps in registers: dI <= 128 */
+    SELECT_THREADS = 256,
+};
 static const int64_t MAX_GRID_Y = 65535;   /* gridDim.y limit: longer score launches are split */
 
 /* ------------------------------------------------------------------------------------------------------------
@@ -60,7 +66,10 @@ glm53_status cuda_kpool_compress(glm53_backend *be, glm53_tensor *pooled, const 
 /* ------------------------------------------------------------------------------------------------------------
  * kpool_score
  */
-/* grid (ceil(G/128), rows of this launch); row t = t0 + blockIdx.y. Dynamic shared memory: Q_t [Hi*dI], w_t [Hi].
+/* grid (ceil(G / SCORE_POOLS), rows of this launch); row t = t0 + blockIdx.y; SCORE_THREADS / 32 warps, warp w
+ * scores the pools g = blockIdx.x * SCORE_POOLS + w + k * (SCORE_THREADS / 32). Dynamic shared memory: Q_t [Hi*dI],
+ * w_t [Hi]. For one pool the warp reads the key once (lane l holds channels l, l + 32, ... in registers when
+ * dI <= 32 * SCORE_KEY_REGS), and per head the lanes' partial products are summed by cuda_warp_sum:
  *   scores[t][g] = sum_h w[t][h] relu(scale * Q[t,h] . pooled[g])  for g < n_closed[t], else -inf. */
 __global__ void __launch_bounds__(SCORE_THREADS)
 kpool_score_kernel(float *scores, act_in Q, const float *w, const float *pooled, const int32_t *n_closed,
@@ -72,21 +81,36 @@ kpool_score_kernel(float *scores, act_in Q, const float *w, const float *pooled,
     for (int64_t i = threadIdx.x; i < Hi; i += blockDim.x) w_t[i] = w[t * Hi + i];
     __syncthreads();
 
-    int64_t g = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (g >= G) return;
-    if (g >= (int64_t)n_closed[t]) {
-        scores[t * G + g] = -INFINITY;
-        return;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = SCORE_THREADS / 32;
+    const int64_t closed = n_closed[t];
+    const bool in_regs = dI <= 32 * SCORE_KEY_REGS;
+    for (int k = 0; k < SCORE_POOLS / n_warps; k++) {
+        const int64_t g = (int64_t)blockIdx.x * SCORE_POOLS + warp + (int64_t)k * n_warps;
+        if (g >= G) break;
+        if (g >= closed) {
+            if (lane == 0) scores[t * G + g] = -INFINITY;
+            continue;
+        }
+        const float *key = pooled + g * dI;
+        float kv[SCORE_KEY_REGS];
+#pragma unroll
+        for (int r = 0; r < SCORE_KEY_REGS; r++) kv[r] = in_regs && lane + 32 * r < dI ? key[lane + 32 * r] : 0.0f;
+        float s = 0.0f;
+        for (int64_t h = 0; h < Hi; h++) {
+            const float *qh = q_t + h * dI;
+            float part = 0.0f;
+            if (in_regs) {
+#pragma unroll
+                for (int r = 0; r < SCORE_KEY_REGS; r++)
+                    if (lane + 32 * r < dI) part += qh[lane + 32 * r] * kv[r];
+            } else {
+                for (int64_t d = lane; d < dI; d += 32) part += qh[d] * key[d];
+            }
+            float dot = cuda_warp_sum(part) * scale;
+            s += w_t[h] * (dot > 0.0f ? dot : 0.0f);
+        }
+        if (lane == 0) scores[t * G + g] = s;
     }
-    const float *key = pooled + g * dI;
-    float s = 0.0f;
-    for (int64_t h = 0; h < Hi; h++) {
-        float dot = 0.0f;
-        for (int64_t d = 0; d < dI; d++) dot += q_t[h * dI + d] * key[d];
-        dot *= scale;
-        s += w_t[h] * (dot > 0.0f ? dot : 0.0f);
-    }
-    scores[t * G + g] = s;
 }
 
 glm53_status cuda_kpool_score(glm53_backend *be, glm53_tensor *scores, const glm53_tensor *Q,
@@ -105,7 +129,7 @@ glm53_status cuda_kpool_score(glm53_backend *be, glm53_tensor *scores, const glm
     GLM53_TRY(cuda_smem_optin(cb, (const void *)kpool_score_kernel, smem, "kpool_score"));
     for (int64_t t0 = 0; t0 < T; t0 += MAX_GRID_Y) {
         int64_t rows = T - t0 < MAX_GRID_Y ? T - t0 : MAX_GRID_Y;
-        dim3 grid((unsigned)((G + SCORE_THREADS - 1) / SCORE_THREADS), (unsigned)rows);
+        dim3 grid((unsigned)((G + SCORE_POOLS - 1) / SCORE_POOLS), (unsigned)rows);
         kpool_score_kernel<<<grid, SCORE_THREADS, smem, cb->stream>>>(
             (float *)scores->data, cuda_act_in(Q), (const float *)w->data, (const float *)pooled->data,
             (const int32_t *)n_closed->data, t0, G, Hi, dI, scale);

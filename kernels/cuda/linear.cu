@@ -120,8 +120,8 @@ glm53_status cuda_matmul(glm53_backend *be, glm53_tensor *y, const glm53_tensor 
     if (w->dtype == GLM53_F8_E4M3 && M <= GEMV_MAX_M) {
         int warps = GEMV_THREADS / 32;
         unsigned blocks = (unsigned)((N + warps - 1) / warps);
-        gemv_kernel<GEMV_MAX_M><<<blocks, GEMV_THREADS, 0, cb->stream>>>(cuda_act_out(y), cuda_act_in(x), wr, (int)M,
-                                                                         N, K, gemv_vec16(wr, K));
+        GEMV_DISPATCH_M(M, (gemv_kernel<MAX_M_><<<blocks, GEMV_THREADS, 0, cb->stream>>>(
+                               cuda_act_out(y), cuda_act_in(x), wr, (int)M, N, K, gemv_vec16(wr, K))));
         CUDA_LAUNCHED("matmul (fp8 gemv)");
         return GLM53_OK;
     }
@@ -185,8 +185,10 @@ glm53_status cuda_swiglu_gate_up(glm53_backend *be, glm53_tensor *y, const glm53
     GLM53_TRY(cuda_enter(cb));
     if (M == 0 || F == 0) return GLM53_OK;
     int warps = GEMV_THREADS / 32;
-    swiglu_gate_up_kernel<GEMV_MAX_M><<<(unsigned)((F + warps - 1) / warps), GEMV_THREADS, 0, cb->stream>>>(
-        cuda_act_out(y), cuda_act_in(x), gr, ur, (int)M, F, K, gemv_vec16(gr, K), gemv_vec16(ur, K), limit);
+    unsigned blocks = (unsigned)((F + warps - 1) / warps);
+    GEMV_DISPATCH_M(M, (swiglu_gate_up_kernel<MAX_M_><<<blocks, GEMV_THREADS, 0, cb->stream>>>(
+                           cuda_act_out(y), cuda_act_in(x), gr, ur, (int)M, F, K, gemv_vec16(gr, K), gemv_vec16(ur, K),
+                           limit)));
     CUDA_LAUNCHED("swiglu_gate_up");
     return GLM53_OK;
 }

@@ -1,18 +1,29 @@
 /*
- * ops_mhc.cu - manifold-constrained hyper-connections (glm53-architecture.md section 4.3) on the CUDA backend:
+ * mhc.cu - manifold-constrained hyper-connections (glm53-architecture.md section 4.3) on the CUDA backend:
  * expand (embedding into every stream), pre (the 24-wide F32 projection, Sinkhorn, collapse), post (write-back
  * and stream mixing), mean (final collapse).
  *
- * mhc_pre runs one block per token row. The (2+S)*S = 24 projections of the flattened streams (S*D = 16384
- * values) are split over the block's warps, one projection per warp at a time, each a lane-strided F32 dot
- * product finished by a warp reduction; the RMS of the row is a block reduction, applied after the projection
- * (it is one scalar per row, so it commutes). The Sinkhorn iterations on the S x S matrix are a few hundred
- * flops: thread 0 runs them in shared memory, in exactly the CPU backend's order. Then all threads collapse the
- * streams into x.
+ * mhc_pre runs in two kernels, so that a decode row is spread over many multiprocessors (one block per row did
+ * all of it before: 754 us per call at the real dims on the H200, for a 786 KB weight):
+ *   1. projections: grid (row, 1024-element chunk of the flattened streams S*D), each block the partial dot
+ *      products of its chunk with the (2+S)*S = 24 rows of fn and the partial sum of squares, 16-byte loads when
+ *      H and fn are BF16; partials to scratch [N, chunks, 25];
+ *   2. mix: one block per row adds the partials in chunk order, applies 1 / rms (one scalar per row, so it
+ *      commutes with the projection), computes pre and post, runs the Sinkhorn iterations on the S x S matrix
+ *      with one lane per row / column (each sum over its S terms in the CPU's order), and collapses the streams
+ *      into x.
+ * Every row is computed alone, in a fixed order: the result of a row does not depend on the batch.
  */
 #include "kernels/cuda/cuda_common.cuh"
 
-enum { MHC_THREADS = 256, MHC_MAX_S = 16 };
+enum {
+    MHC_THREADS = 256,
+    MHC_MAX_S = 16,
+    MHC_MAX_MIX = (2 + MHC_MAX_S) * MHC_MAX_S,
+    MHC_GROUP = 25,              /* stage-1 sums per pass: the 24 projections and the sum of squares at S = 4 */
+    MHC_PROJECT_THREADS = 128,
+    MHC_CHUNK = 1024,            /* flattened-stream elements per stage-1 block: 8 per thread */
+};
 
 /* ------------------------------------------------------------------------------------------------------------
  * Kernels
@@ -26,70 +37,144 @@ __global__ void mhc_expand_kernel(act_out H, act_in x, int64_t N, int64_t S, int
     }
 }
 
-/* One block per row n. post[N,S], comb[N,S,S] F32; x[N,D] activation; H[N,S,D]; fn[(2+S)*S, S*D]. */
+/* Stage 1 of mhc_pre. grid (N, n_chunks), MHC_PROJECT_THREADS threads; block (n, c) covers the flattened
+ * streams H[n] [S*D] from c * MHC_CHUNK to (c+1) * MHC_CHUNK and writes n_mix + 1 partial sums
+ *   part[n][c][j] = sum_i H[n][i] * fn[j][i]   (j < n_mix),     part[n][c][n_mix] = sum_i H[n][i]^2,
+ * MHC_GROUP of them per pass over the chunk (one pass at S = 4: 24 projections and the sum of squares).
+ * VEC: H and fn are BF16 and 16-byte aligned, SD % 8 == 0: each thread takes 8 consecutive elements per 16-byte
+ * load (of H, and of each fn row). Otherwise one element at a time through act_in / weight_ref.
+ * part[N, n_chunks, n_mix + 1] F32 scratch; stage 2 adds the chunks in order, so the result is fixed. */
+template <bool VEC>
+__global__ void __launch_bounds__(MHC_PROJECT_THREADS)
+mhc_project_kernel(float *part, act_in H, weight_ref fn, int64_t S, int64_t D) {
+    __shared__ float warp_part[MHC_PROJECT_THREADS / 32][MHC_GROUP];
+    const int64_t n = blockIdx.x, SD = S * D;
+    const int n_mix = (int)((2 + S) * S), n_chunks = (int)gridDim.y;
+    const int64_t i0 = (int64_t)blockIdx.y * MHC_CHUNK, i1 = i0 + MHC_CHUNK < SD ? i0 + MHC_CHUNK : SD;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    float *out = part + ((int64_t)n * n_chunks + blockIdx.y) * (n_mix + 1);
+
+    for (int v0 = 0; v0 <= n_mix; v0 += MHC_GROUP) {   /* value v: projection v < n_mix, sum of squares at n_mix */
+        float acc[MHC_GROUP];
+#pragma unroll
+        for (int g = 0; g < MHC_GROUP; g++) acc[g] = 0.0f;
+        if (VEC) {
+            const __nv_bfloat16 *h = (const __nv_bfloat16 *)H.data + n * SD, *w = (const __nv_bfloat16 *)fn.data;
+            for (int64_t i = i0 + (int64_t)threadIdx.x * 8; i < i1; i += (int64_t)MHC_PROJECT_THREADS * 8) {
+                uint4 hp = *reinterpret_cast<const uint4 *>(h + i);
+                const __nv_bfloat162 *h2 = reinterpret_cast<const __nv_bfloat162 *>(&hp);
+                float hv[8];
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    float2 f = __bfloat1622float2(h2[e]);
+                    hv[2 * e] = f.x, hv[2 * e + 1] = f.y;
+                }
+#pragma unroll
+                for (int g = 0; g < MHC_GROUP; g++) {
+                    int v = v0 + g;
+                    float a = 0.0f;
+                    if (v < n_mix) {
+                        uint4 wp = *reinterpret_cast<const uint4 *>(w + (int64_t)v * SD + i);
+                        const __nv_bfloat162 *w2 = reinterpret_cast<const __nv_bfloat162 *>(&wp);
+#pragma unroll
+                        for (int e = 0; e < 4; e++) {
+                            float2 f = __bfloat1622float2(w2[e]);
+                            a += hv[2 * e] * f.x + hv[2 * e + 1] * f.y;
+                        }
+                    } else if (v == n_mix) {
+#pragma unroll
+                        for (int e = 0; e < 8; e++) a += hv[e] * hv[e];
+                    }
+                    acc[g] += a;
+                }
+            }
+        } else {
+            for (int64_t i = i0 + threadIdx.x; i < i1; i += MHC_PROJECT_THREADS) {
+                float x = H[n * SD + i];
+#pragma unroll
+                for (int g = 0; g < MHC_GROUP; g++) {
+                    int v = v0 + g;
+                    if (v < n_mix) acc[g] += x * fn.at(v, i);
+                    else if (v == n_mix) acc[g] += x * x;
+                }
+            }
+        }
+        /* Block sums: warp reductions, then the warps added in order. */
+#pragma unroll
+        for (int g = 0; g < MHC_GROUP; g++) {
+            float v = cuda_warp_sum(acc[g]);
+            if (lane == 0) warp_part[warp][g] = v;
+        }
+        __syncthreads();
+        if ((int)threadIdx.x < MHC_GROUP && v0 + (int)threadIdx.x <= n_mix) {
+            float v = 0.0f;
+            for (int w = 0; w < MHC_PROJECT_THREADS / 32; w++) v += warp_part[w][threadIdx.x];
+            out[v0 + threadIdx.x] = v;
+        }
+        __syncthreads();   /* warp_part is written again by the next group */
+    }
+}
+
+/* Stage 2 of mhc_pre: one block per row n. Sums the chunks' partials in chunk order, scales the projections by
+ * the row's 1 / rms, computes pre and post, runs the Sinkhorn iterations on the S x S matrix in the CPU
+ * backend's order (lane j of warp 0 normalises row j, lane k column k: each sum runs over its S terms in the
+ * CPU's order, so the matrix comes out as the serial loop's), then collapses the streams into x.
+ * post[N,S], comb[N,S,S] F32; x[N,D] activation; H[N,S,D]; part[N, n_chunks, n_mix + 1]. */
 __global__ void __launch_bounds__(MHC_THREADS)
-mhc_pre_kernel(act_out x, float *post, float *comb, act_in H, weight_ref fn, weight_ref base, weight_ref scale,
-               int64_t S, int64_t D, float rms_eps, float hc_eps, int32_t iters) {
-    __shared__ float m[(2 + MHC_MAX_S) * MHC_MAX_S];
+mhc_mix_kernel(act_out x, float *post, float *comb, act_in H, const float *part, int n_chunks, weight_ref base,
+               weight_ref scale, int64_t S, int64_t D, float rms_eps, float hc_eps, int32_t iters) {
+    __shared__ float m[MHC_MAX_MIX + 1];
     __shared__ float pre[MHC_MAX_S];
     __shared__ float C[MHC_MAX_S * MHC_MAX_S];
-    const int64_t n = blockIdx.x, SD = S * D, n_mix = (2 + S) * S;
-    const int64_t h0 = n * SD;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
-
-    float ss = 0.0f;
-    for (int64_t i = threadIdx.x; i < SD; i += blockDim.x) {
-        float v = H[h0 + i];
-        ss += v * v;
-    }
-    float r = 1.0f / sqrtf(cuda_block_sum(ss) / (float)SD + rms_eps);
-
-    for (int64_t j = warp; j < n_mix; j += n_warps) {
-        float dot = 0.0f;
-        for (int64_t i = lane; i < SD; i += 32) dot += H[h0 + i] * fn.at(j, i);
-        dot = cuda_warp_sum(dot);
-        if (lane == 0) m[j] = dot * r;
+    const int64_t n = blockIdx.x, SD = S * D;
+    const int n_mix = (int)((2 + S) * S);
+    for (int j = threadIdx.x; j <= n_mix; j += blockDim.x) {
+        const float *p = part + (int64_t)n * n_chunks * (n_mix + 1) + j;
+        float v = 0.0f;
+        for (int c = 0; c < n_chunks; c++) v += p[(int64_t)c * (n_mix + 1)];
+        m[j] = v;
     }
     __syncthreads();
-
-    if (threadIdx.x == 0) {
-        float s0 = scale.at(0, 0), s1 = scale.at(0, 1), s2 = scale.at(0, 2);
-        for (int64_t k = 0; k < S; k++) {
-            pre[k] = cuda_sigmoid(m[k] * s0 + base.at(0, k)) + hc_eps;
-            post[n * S + k] = 2.0f * cuda_sigmoid(m[S + k] * s1 + base.at(0, S + k));
-        }
-        /* Sinkhorn: row softmax (+eps), column normalisation, then iters-1 x (row, column); every denominator
-         * + eps. */
-        for (int64_t j = 0; j < S; j++) {
-            float *row = C + j * S, mx = -INFINITY, sum = 0.0f;
+    const float r = 1.0f / sqrtf(m[n_mix] / (float)SD + rms_eps);
+    const float s0 = scale.at(0, 0), s1 = scale.at(0, 1), s2 = scale.at(0, 2);
+    if (threadIdx.x < 32) {
+        const int lane = threadIdx.x;
+        if (lane < S) {
+            pre[lane] = cuda_sigmoid(m[lane] * r * s0 + base.at(0, lane)) + hc_eps;
+            post[n * S + lane] = 2.0f * cuda_sigmoid(m[S + lane] * r * s1 + base.at(0, S + lane));
+            /* row softmax (+eps) of row `lane` */
+            float *row = C + lane * S, mx = -INFINITY, sum = 0.0f;
             for (int64_t k = 0; k < S; k++) {
-                row[k] = m[2 * S + j * S + k] * s2 + base.at(0, 2 * S + j * S + k);
+                row[k] = m[2 * S + lane * S + k] * r * s2 + base.at(0, 2 * S + lane * S + k);
                 if (row[k] > mx) mx = row[k];
             }
             for (int64_t k = 0; k < S; k++) sum += (row[k] = expf(row[k] - mx));
             for (int64_t k = 0; k < S; k++) row[k] = row[k] / sum + hc_eps;
         }
+        __syncwarp();
         for (int32_t it = 0; it < iters; it++) {
             if (it > 0) {
-                for (int64_t j = 0; j < S; j++) {
+                if (lane < S) {
                     float sum = 0.0f;
-                    for (int64_t k = 0; k < S; k++) sum += C[j * S + k];
-                    for (int64_t k = 0; k < S; k++) C[j * S + k] /= sum + hc_eps;
+                    for (int64_t k = 0; k < S; k++) sum += C[lane * S + k];
+                    for (int64_t k = 0; k < S; k++) C[lane * S + k] /= sum + hc_eps;
                 }
+                __syncwarp();
             }
-            for (int64_t k = 0; k < S; k++) {
+            if (lane < S) {
                 float sum = 0.0f;
-                for (int64_t j = 0; j < S; j++) sum += C[j * S + k];
-                for (int64_t j = 0; j < S; j++) C[j * S + k] /= sum + hc_eps;
+                for (int64_t j = 0; j < S; j++) sum += C[j * S + lane];
+                for (int64_t j = 0; j < S; j++) C[j * S + lane] /= sum + hc_eps;
             }
+            __syncwarp();
         }
-        for (int64_t i = 0; i < S * S; i++) comb[n * S * S + i] = C[i];
+        for (int64_t i = lane; i < S * S; i += 32) comb[n * S * S + i] = C[i];
     }
     __syncthreads();
 
     for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
         float acc = 0.0f;
-        for (int64_t k = 0; k < S; k++) acc += pre[k] * H[h0 + k * D + d];
+        for (int64_t k = 0; k < S; k++) acc += pre[k] * H[n * SD + k * D + d];
         x.store(n * D + d, acc);
     }
 }
@@ -144,17 +229,30 @@ glm53_status cuda_mhc_pre(glm53_backend *be, glm53_tensor *x, glm53_tensor *post
     assert(glm53_tensor_numel(post) == N * S && glm53_tensor_numel(comb) == N * S * S);
     assert(fn->ndim == 2 && fn->shape[0] == (2 + S) * S && fn->shape[1] == S * D);
     assert(glm53_tensor_numel(base) == (2 + S) * S && glm53_tensor_numel(scale) == 3);
-    assert(N <= INT32_MAX);
+    assert(N <= INT32_MAX && S * D <= (int64_t)MHC_CHUNK * 65535);   /* stage 1's grid */
     weight_ref fr, br, sr;
     GLM53_TRY(cuda_weight_ref(fn, &fr, "mhc_pre"));
     GLM53_TRY(cuda_weight_ref(base, &br, "mhc_pre"));
     GLM53_TRY(cuda_weight_ref(scale, &sr, "mhc_pre"));
     GLM53_TRY(cuda_enter(cb));
     if (N == 0) return GLM53_OK;
-    mhc_pre_kernel<<<(unsigned)N, MHC_THREADS, 0, cb->stream>>>(cuda_act_out(x), (float *)post->data,
-                                                                (float *)comb->data, cuda_act_in(H), fr, br, sr, S,
-                                                                D, rms_eps, hc_eps, sinkhorn_iters);
-    CUDA_LAUNCHED("mhc_pre");
+    const int64_t SD = S * D, n_mix = (2 + S) * S;
+    const int n_chunks = (int)((SD + MHC_CHUNK - 1) / MHC_CHUNK);
+    cuda_scratch part;
+    GLM53_TRY(part.get(cb, (size_t)(N * n_chunks * (n_mix + 1)) * sizeof(float), "mhc_pre partial sums"));
+    const bool vec = H->dtype == GLM53_BF16 && fn->dtype == GLM53_BF16 && SD % 8 == 0 &&
+                     (uintptr_t)H->data % 16 == 0 && (uintptr_t)fn->data % 16 == 0;
+    dim3 grid((unsigned)N, (unsigned)n_chunks);
+    if (vec)
+        mhc_project_kernel<true><<<grid, MHC_PROJECT_THREADS, 0, cb->stream>>>((float *)part.ptr, cuda_act_in(H), fr, S, D);
+    else
+        mhc_project_kernel<false><<<grid, MHC_PROJECT_THREADS, 0, cb->stream>>>((float *)part.ptr, cuda_act_in(H), fr, S, D);
+    CUDA_LAUNCHED("mhc_pre (projections)");
+    mhc_mix_kernel<<<(unsigned)N, MHC_THREADS, 0, cb->stream>>>(cuda_act_out(x), (float *)post->data,
+                                                                (float *)comb->data, cuda_act_in(H),
+                                                                (const float *)part.ptr, n_chunks, br, sr, S, D,
+                                                                rms_eps, hc_eps, sinkhorn_iters);
+    CUDA_LAUNCHED("mhc_pre (sinkhorn, collapse)");
     return GLM53_OK;
 }
 

@@ -1,9 +1,10 @@
 /*
  * moe.cu - MoE routing and routed-expert compute (docs/architecture.md section 6) on the CUDA backend.
  *
- * moe_route: one block per token row. The block computes the sigmoid scores into shared memory; thread 0 then
- * runs the group stage and the top-k exactly as the CPU backend does (E = 288 and k = 8: a few thousand
- * comparisons), so ids, their order and ties agree with the reference.
+ * moe_route: one block per token row. The block computes the sigmoid scores into shared memory; thread 0 runs
+ * the group stage (a no-op with GLM-5.3's one group), then warp 0 picks the top k one arg-best per round, with
+ * the CPU backend's order and tie rule, so ids, their order and ties agree with the reference. (Thread 0 alone
+ * ran the top-k before: 110 us per decode call at E = 288, k = 8.)
  *
  * moe_experts has two paths.
  *
@@ -52,12 +53,12 @@ __global__ void moe_route_kernel(int32_t *ids, float *weights, const float *logi
         keep[e] = n_group == 1 ? 1.0f : 0.0f;
     }
     __syncthreads();
-    if (threadIdx.x != 0) return;
 
-    /* Group stage: a group's score is the sum of its two best choice scores (one if it has one expert); keep
-     * the topk_group best groups, the lower group on ties. */
+    /* Group stage (thread 0; GLM-5.3 has one group, where it does nothing): a group's score is the sum of its
+     * two best choice scores (one if it has one expert); keep the topk_group best groups, the lower group on
+     * ties. */
     const int64_t per_group = E / n_group;
-    if (n_group > 1) {
+    if (n_group > 1 && threadIdx.x == 0) {
         for (int64_t grp = 0; grp < n_group; grp++) {
             float best = -INFINITY, second = -INFINITY;
             for (int64_t e = grp * per_group; e < (grp + 1) * per_group; e++) {
@@ -79,24 +80,41 @@ __global__ void moe_route_kernel(int32_t *ids, float *weights, const float *logi
             group_score[best] = -INFINITY;
         }
     }
-    /* Top-k of the kept choice scores, descending, the lower id on ties. */
+    __syncthreads();
+    if (threadIdx.x >= 32) return;
+
+    /* Top-k of the kept choice scores, descending, the lower id on ties: warp 0, one arg-best per round. Lane l
+     * scans e = l, l + 32, ... (ascending, so it keeps its lowest id among equals); the warp then combines
+     * (score, id) pairs, the higher score or, equal, the lower id. For finite scores that is the serial scan's
+     * pick (the CPU backend's), so ids and their order agree with it. */
+    const int lane = threadIdx.x;
     float sum = 0.0f;
     for (int64_t k = 0; k < K; k++) {
-        int64_t best = -1;
-        for (int64_t e = 0; e < E; e++)
-            if (keep[e] != 0.0f && (best < 0 || choice[e] > choice[best])) best = e;
-        if (best < 0) {   /* fewer kept experts than k (a config error): mark the slot unused */
-            ids[n * K + k] = -1;
-            weights[n * K + k] = 0.0f;
-            continue;
+        float bv = 0.0f;
+        int32_t bi = -1;
+        for (int64_t e = lane; e < E; e += 32)
+            if (keep[e] != 0.0f && (bi < 0 || choice[e] > bv)) bv = choice[e], bi = (int32_t)e;
+        for (int offset = 16; offset > 0; offset >>= 1) {
+            float ov = __shfl_xor_sync(0xffffffffu, bv, offset);
+            int32_t oi = __shfl_xor_sync(0xffffffffu, bi, offset);
+            if (oi >= 0 && (bi < 0 || ov > bv || (ov == bv && oi < bi))) bv = ov, bi = oi;
         }
-        ids[n * K + k] = (int32_t)best;
-        weights[n * K + k] = s[best];
-        sum += s[best];
-        keep[best] = 0.0f;
+        if (lane == 0) {
+            if (bi < 0) {   /* fewer kept experts than k (a config error): mark the slot unused */
+                ids[n * K + k] = -1;
+                weights[n * K + k] = 0.0f;
+            } else {
+                ids[n * K + k] = bi;
+                weights[n * K + k] = s[bi];
+                sum += s[bi];
+                keep[bi] = 0.0f;
+            }
+        }
+        __syncwarp();   /* keep[bi] = 0 is seen by every lane's next scan */
     }
-    for (int64_t k = 0; k < K; k++)
-        weights[n * K + k] = (norm ? weights[n * K + k] / (sum + 1e-20f) : weights[n * K + k]) * scaling;
+    if (lane == 0)
+        for (int64_t k = 0; k < K; k++)
+            weights[n * K + k] = (norm ? weights[n * K + k] / (sum + 1e-20f) : weights[n * K + k]) * scaling;
 }
 
 glm53_status cuda_moe_route(glm53_backend *be, glm53_tensor *ids, glm53_tensor *weights,

@@ -1,99 +1,486 @@
 /*
- * ops_attention.cu - sparse MLA in absorbed form (glm53-architecture.md section 4.6) on the CUDA backend.
+ * sparse_mla.cu - sparse MLA in absorbed form (glm53-architecture.md section 4.6) on the CUDA backend.
  *
- * One block per (query row t, head h), everything in F32, in five phases separated by barriers:
- *   1. qh[R] = Wk^T q[t,h]         thread r walks the dk key rows of kv_b (coalesced across r)
- *   2. s_j = scale * qh . latent[idx_j]   one warp per selected position, lanes over R, warp reduction
- *   3. p = softmax(s) over the valid positions (-1 entries skipped), block reductions
- *   4. c[R] = sum_j p_j latent[idx_j]      thread r walks the positions in order (coalesced across r)
- *   5. o[t,h,e] = Wv[e] . c           one warp per output channel
- * Shared memory holds q, qh, c, the scores and the positions: (dk + 2R + 2W) * 4 bytes, 15 KiB at the real
- * dims (dk 256, R 512, W 2051). A row with no valid position gets zeros. A position outside the latent cache
- * is recorded as a fault (reported at the next sync) and skipped.
+ * The math (backend.h): for row t and head h, qh = Wk^T q[t,h]; s_j = scale * qh . latent[idx_j] over the valid
+ * selected positions; p = softmax(s); o[t,h] = Wv (sum_j p_j latent[idx_j]). At the real dims (H 64, dk = dv =
+ * 256, R 512, W 2051) one decode row reads 32 MB of kv_b and 2 MB of latent rows and does 2 x 134 MFLOP in the
+ * two W-long products: the weight reads are the floor (~8 us) and the products need the whole GPU, so the op
+ * is four kernels, each with enough blocks to fill 132 SMs at T = 1. The one-block-per-(t,h) kernel this
+ * replaces spent 1373 us, most of it one thread per latent column walking 2051 positions serially.
+ *
+ *   qh      qh[t,h,r] = sum_i q[t,h,i] kv_b[h*(dk+dv)+i][r]                       grid (R/128, H, T/4)
+ *           A block owns 128 columns of one head's key rows: a thread reads 8 contiguous columns of every 16th
+ *           key row (one 16-byte load for BF16), for up to 4 query rows at once, so each weight byte is read
+ *           once per 4 rows. The 16 row groups are summed in order through shared memory (32 KiB).
+ *   scores  S[t,h,j] = scale * qh[t,h] . latent[idx[t,j]]                          grid (W/32, H/32, T)
+ *           A 32 head x 32 position tile, the R axis in chunks of 64 staged in shared memory as F32 (the next
+ *           chunk is loaded into registers while this one is used). Each of the 8 warps takes 8 of a chunk's
+ *           64 columns for the whole tile (a lane: 4 heads x 8 positions, float4 reads that broadcast), so
+ *           the inner loop is FMA-bound; the 8 warp partials are summed in order at the end (36 KiB).
+ *           Positions >= cap are recorded as faults here, by the first head tile only.
+ *   pv      for split s of 128 positions: m_s[t,h] = max_j s_j, l_s = sum_j e_j with e_j = exp(s_j - m_s),
+ *           cpart_s[t,h,r] = sum_j e_j latent[idx_j][r]                           grid (R/64, W/128, T*H/64)
+ *           The split softmax of flash decoding: no pass over all W positions before the products. A block
+ *           owns 64 heads x 64 columns; chunks of 32 positions stage e (transposed, [j][h]) and the latent
+ *           slice in shared memory (17 KiB); a thread keeps 4 heads x 4 columns, positions in order.
+ *   out     c[t,h] = sum_s exp(m_s - M) cpart_s / sum_s exp(m_s - M) l_s, M = max_s m_s;
+ *           o[t,h,e] = Wv[e] . c                                                  grid (dv/64, H, T/4)
+ *           A block first combines c for its head and up to 4 rows into shared memory (4 R + 4 W/128 floats),
+ *           then each warp takes 8 value rows, 4 at a time, lanes over R in 16-byte loads (each weight byte
+ *           read once per 4 rows), a warp sum per output.
+ *           A row whose splits are all empty (no valid position) writes zeros.
+ *
+ * Every reduction has a fixed order that depends on H, dk, dv, R and W only, never on T or on the other rows,
+ * so a row's result is deterministic and the same in any batch. Invalid positions (idx < 0, or >= cap after
+ * the fault) are read as zero latent rows and weighted 0, which adds exact zeros.
+ *
+ * Scratch (cuda_scratch, one piece): per row 4 * (H*R + H*W + S*H*R + 2*S*H) bytes with S = ceil(W / 128)
+ * splits, 2.9 MB at the real dims. Rows are processed in chunks whose scratch fits MLA_SCRATCH_BUDGET, so a
+ * long prefill does not reserve gigabytes; a row's result does not depend on the chunking.
  */
 #include "kernels/cuda/cuda_common.cuh"
 
-enum { MLA_THREADS = 256 };
+enum {
+    MLA_THREADS = 256,
+    MLA_ROWS = 4,        /* query rows a qh / out block serves per weight read */
+    QH_COLS = 128,       /* qh: columns of R per block (16 threads x 8) */
+    QH_GROUPS = 16,      /* qh: key-row groups per block */
+    SC_HEADS = 32,       /* scores: heads per tile */
+    SC_POS = 32,         /* scores: positions per tile */
+    SC_K = 64,           /* scores: columns of R per staged chunk */
+    SC_STRIDE = SC_K + 4,   /* shared row stride: 8 consecutive rows hit 8 distinct 16-byte bank groups */
+    SC_RED_STRIDE = 36,  /* reduction row stride: a warp's 32 writes hit 32 banks */
+    PV_HEADS = 64,       /* pv: heads per block */
+    PV_COLS = 64,        /* pv: columns of R per block */
+    PV_SPLIT = 128,      /* pv: positions per split (the softmax split) */
+    PV_CHUNK = 32,       /* pv: positions per staged chunk */
+    PV_PT_STRIDE = PV_HEADS + 4,
+    OUT_ROWS = 64,       /* out: value rows per block, 8 per warp */
+};
+static const size_t MLA_SCRATCH_BUDGET = (size_t)64 << 20;   /* bytes of scratch per chunk of rows */
 
-/* q[T,H,dk], latent[cap,R], idx[T,W] I32, kv_b[H*(dk+dv), R] weight, o[T,H,dv]; block = t * H + h. */
-__global__ void __launch_bounds__(MLA_THREADS)
-sparse_mla_kernel(act_out o, act_in q, act_in latent, const int32_t *idx, weight_ref kv_b, int64_t H, int64_t dk,
-                  int64_t dv, int64_t R, int64_t W, int64_t cap, float scale, cuda_fault *fault) {
-    extern __shared__ float smem[];
-    float *q_s = smem, *qh = q_s + dk, *c = qh + R, *p = c + R;
-    int32_t *pos = (int32_t *)(p + W);
-    const int64_t t = blockIdx.x / H, h = blockIdx.x % H;
-    const int64_t k_row0 = h * (dk + dv), v_row0 = k_row0 + dk;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
-
-    for (int64_t i = threadIdx.x; i < dk; i += blockDim.x) q_s[i] = q[(t * H + h) * dk + i];
-    for (int64_t j = threadIdx.x; j < W; j += blockDim.x) {
-        int32_t id = idx[t * W + j];
-        if (id >= cap) {
-            if (h == 0) cuda_record_fault(fault, CUDA_FAULT_SPARSE_MLA, t * W + j, id, cap);
-            id = -1;
-        }
-        pos[j] = id < 0 ? -1 : id;
-    }
-    __syncthreads();
-
-    /* 1. qh = Wk^T q */
-    for (int64_t r = threadIdx.x; r < R; r += blockDim.x) {
-        float a = 0.0f;
-        for (int64_t i = 0; i < dk; i++) a += q_s[i] * kv_b.at(k_row0 + i, r);
-        qh[r] = a;
-    }
-    __syncthreads();
-
-    /* 2. scores */
-    for (int64_t j = warp; j < W; j += n_warps) {
-        if (pos[j] < 0) continue;   /* the same for the whole warp */
-        const int64_t row = (int64_t)pos[j] * R;
-        float dot = 0.0f;
-        for (int64_t r = lane; r < R; r += 32) dot += qh[r] * latent[row + r];
-        dot = cuda_warp_sum(dot);
-        if (lane == 0) p[j] = dot * scale;
-    }
-    __syncthreads();
-
-    /* 3. softmax over the valid positions */
-    float mx = -INFINITY, valid = 0.0f;
-    for (int64_t j = threadIdx.x; j < W; j += blockDim.x)
-        if (pos[j] >= 0) {
-            mx = fmaxf(mx, p[j]);
-            valid += 1.0f;
-        }
-    mx = cuda_block_max(mx);
-    valid = cuda_block_sum(valid);
-    if (valid == 0.0f) {   /* no visible position: zeros (uniform across the block) */
-        for (int64_t e = threadIdx.x; e < dv; e += blockDim.x) o.store((t * H + h) * dv + e, 0.0f);
-        return;
-    }
-    float sum = 0.0f;
-    for (int64_t j = threadIdx.x; j < W; j += blockDim.x) {
-        float e = pos[j] >= 0 ? expf(p[j] - mx) : 0.0f;
-        p[j] = e;
-        sum += e;
-    }
-    sum = cuda_block_sum(sum);   /* its barriers also publish the p[j] writes */
-
-    /* 4. c = sum_j p_j latent[pos_j] */
-    for (int64_t r = threadIdx.x; r < R; r += blockDim.x) {
-        float a = 0.0f;
-        for (int64_t j = 0; j < W; j++)
-            if (pos[j] >= 0) a += (p[j] / sum) * latent[(int64_t)pos[j] * R + r];
-        c[r] = a;
-    }
-    __syncthreads();
-
-    /* 5. o = Wv c */
-    for (int64_t e = warp; e < dv; e += n_warps) {
-        float dot = 0.0f;
-        for (int64_t r = lane; r < R; r += 32) dot += kv_b.at(v_row0 + e, r) * c[r];
-        dot = cuda_warp_sum(dot);
-        if (lane == 0) o.store((t * H + h) * dv + e, dot);
+/* ------------------------------------------------------------------------------------------------------------
+ * Loads of 8 contiguous elements as floats. `vec` (decided on the host: the row length a multiple of 8 and the
+ * base 16-byte aligned) takes 16-byte loads; otherwise single elements, zeros past the end of the row. Both
+ * give the same values, so the choice never changes a result.
+ */
+__device__ inline void bf16x8_to_float(uint4 u, float (&v)[8]) {
+    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        v[2 * i] = __uint_as_float(w[i] << 16);
+        v[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
     }
 }
+
+/* v = w[row, c0 .. c0+8), c0 < cols. */
+__device__ inline void weight_load8(const weight_ref &w, int64_t row, int64_t c0, int64_t cols, bool vec,
+                                    float (&v)[8]) {
+    const int64_t i = row * cols + c0;
+    if (vec && w.dtype == GLM53_BF16) {
+        bf16x8_to_float(*reinterpret_cast<const uint4 *>((const __nv_bfloat16 *)w.data + i), v);
+    } else if (vec && w.dtype == GLM53_F32) {
+        float4 a = *reinterpret_cast<const float4 *>((const float *)w.data + i);
+        float4 b = *reinterpret_cast<const float4 *>((const float *)w.data + i + 4);
+        v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+    } else if (vec && w.dtype == GLM53_F16) {
+        uint4 u = *reinterpret_cast<const uint4 *>((const __half *)w.data + i);
+        const uint32_t words[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            __half_raw hr;
+            hr.x = (unsigned short)(words[k / 2] >> (16 * (k % 2)));
+            v[k] = __half2float(__half(hr));
+        }
+    } else if (vec) {   /* F8_E4M3: 8 codes in one 8-byte load, the block scale as weight_ref::at applies it */
+        uint2 u = *reinterpret_cast<const uint2 *>((const uint8_t *)w.data + i);
+        const uint32_t words[2] = {u.x, u.y};
+        const float *srow = w.scale ? w.scale + (row / w.block_rows) * w.scale_stride : nullptr;
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            v[k] = cuda_fp8_e4m3_to_float((uint8_t)(words[k / 4] >> (8 * (k % 4))));
+            if (srow) v[k] *= srow[(c0 + k) / w.block_cols];
+        }
+    } else {
+#pragma unroll
+        for (int k = 0; k < 8; k++) v[k] = c0 + k < cols ? w.at(row, c0 + k) : 0.0f;
+    }
+}
+
+/* v = a[row_off + c0 .. + 8) of an activation row of `cols` elements, c0 < cols. */
+__device__ inline void act_load8(act_in a, int64_t row_off, int64_t c0, int64_t cols, bool vec, float (&v)[8]) {
+    if (vec && a.bf16) {
+        bf16x8_to_float(*reinterpret_cast<const uint4 *>((const __nv_bfloat16 *)a.data + row_off + c0), v);
+    } else if (vec) {
+        float4 x = *reinterpret_cast<const float4 *>((const float *)a.data + row_off + c0);
+        float4 y = *reinterpret_cast<const float4 *>((const float *)a.data + row_off + c0 + 4);
+        v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w, v[4] = y.x, v[5] = y.y, v[6] = y.z, v[7] = y.w;
+    } else {
+#pragma unroll
+        for (int k = 0; k < 8; k++) v[k] = c0 + k < cols ? a[row_off + c0 + k] : 0.0f;
+    }
+}
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Kernels. Rows t0 .. t0+nc of the call form the chunk; scratch rows are chunk-local (tl = t - t0).
+ */
+/* qh[nc,H,R] F32 = Wk^T q. q[T,H,dk]; kv_b[H*(dk+dv), R]. Block (column tile, h, 4-row pass). */
+__global__ void __launch_bounds__(MLA_THREADS)
+sparse_mla_qh_kernel(float *qh, act_in q, weight_ref kv_b, bool w_vec, int64_t t0, int64_t nc, int64_t H,
+                     int64_t dk, int64_t dv, int64_t R) {
+    __shared__ __align__(16) float red[QH_GROUPS][MLA_ROWS][QH_COLS];
+    const int64_t h = blockIdx.y, tl0 = (int64_t)blockIdx.z * MLA_ROWS;
+    const int nt = (int)(nc - tl0 < MLA_ROWS ? nc - tl0 : MLA_ROWS);
+    const int ct = threadIdx.x % (QH_COLS / 8), g = threadIdx.x / (QH_COLS / 8);
+    const int64_t c0 = (int64_t)blockIdx.x * QH_COLS + ct * 8;
+
+    float acc[MLA_ROWS][8] = {};
+    if (c0 < R) {
+#pragma unroll 8
+        for (int64_t i = g; i < dk; i += QH_GROUPS) {
+            float w[8];
+            weight_load8(kv_b, h * (dk + dv) + i, c0, R, w_vec, w);
+#pragma unroll
+            for (int m = 0; m < MLA_ROWS; m++) {
+                if (m < nt) {
+                    float x = q[((t0 + tl0 + m) * H + h) * dk + i];
+#pragma unroll
+                    for (int k = 0; k < 8; k++) acc[m][k] += x * w[k];
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int m = 0; m < MLA_ROWS; m++) {
+        *reinterpret_cast<float4 *>(&red[g][m][ct * 8]) = make_float4(acc[m][0], acc[m][1], acc[m][2], acc[m][3]);
+        *reinterpret_cast<float4 *>(&red[g][m][ct * 8 + 4]) = make_float4(acc[m][4], acc[m][5], acc[m][6], acc[m][7]);
+    }
+    __syncthreads();
+    for (int o = threadIdx.x; o < MLA_ROWS * QH_COLS; o += blockDim.x) {
+        const int m = o / QH_COLS, col = o % QH_COLS;
+        const int64_t r = (int64_t)blockIdx.x * QH_COLS + col;
+        if (m >= nt || r >= R) continue;
+        float sum = 0.0f;
+        for (int gg = 0; gg < QH_GROUPS; gg++) sum += red[gg][m][col];
+        qh[((tl0 + m) * H + h) * R + r] = sum;
+    }
+}
+
+/* S[nc,H,W] F32 = scale * qh . latent[idx]. qh[nc,H,R] F32; latent[cap,R]; idx[T,W].
+ * Block (position tile, head tile, tl). */
+__global__ void __launch_bounds__(MLA_THREADS, 2)
+sparse_mla_scores_kernel(float *S, const float *qh, act_in latent, bool l_vec, const int32_t *idx, int64_t t0,
+                         int64_t H, int64_t R, int64_t W, int64_t cap, float scale, cuda_fault *fault) {
+    constexpr int TILE = 2 * SC_HEADS * SC_STRIDE, RED = 8 * SC_HEADS * SC_RED_STRIDE;
+    __shared__ __align__(16) float smem[TILE > RED ? TILE : RED];
+    float *qs = smem, *ls = smem + SC_HEADS * SC_STRIDE;   /* [32][SC_STRIDE] each: heads, positions */
+    const int64_t j0 = (int64_t)blockIdx.x * SC_POS, h0 = (int64_t)blockIdx.y * SC_HEADS, tl = blockIdx.z;
+    const int64_t t = t0 + tl;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const bool q_vec = R % 4 == 0;
+
+    /* staging: qh float4 f = tid + 256u (row f/16, columns 4*(f%16) .. +4); latent row tid/8, columns
+     * 8*(tid%8) .. +8 */
+    const int lrow = tid >> 3, lc = 8 * (tid & 7);
+    int32_t pos;   /* the latent row this thread stages, -1: none */
+    {
+        const int64_t j = j0 + lrow;
+        int32_t id = j < W ? idx[t * W + j] : -1;
+        if (id >= cap) {
+            if (blockIdx.y == 0 && lc == 0) cuda_record_fault(fault, CUDA_FAULT_SPARSE_MLA, t * W + j, id, cap);
+            id = -1;
+        }
+        pos = id < 0 ? -1 : id;
+    }
+    float4 qr[2];
+    float lr[8];
+    auto fetch = [&](int64_t kc) {
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            const int f = tid + 256 * u;
+            const int64_t h = h0 + (f >> 4), k = kc + 4 * (f & 15);
+            float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (h < H && k < R) {
+                const float *src = qh + (tl * H + h) * R + k;
+                if (q_vec) v = *reinterpret_cast<const float4 *>(src);
+                else {
+                    v.x = src[0];
+                    if (k + 1 < R) v.y = src[1];
+                    if (k + 2 < R) v.z = src[2];
+                    if (k + 3 < R) v.w = src[3];
+                }
+            }
+            qr[u] = v;
+        }
+        if (pos >= 0 && kc + lc < R) act_load8(latent, (int64_t)pos * R, kc + lc, R, l_vec, lr);
+        else
+#pragma unroll
+            for (int e = 0; e < 8; e++) lr[e] = 0.0f;
+    };
+    auto store = [&]() {
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            const int f = tid + 256 * u;
+            *reinterpret_cast<float4 *>(&qs[(f >> 4) * SC_STRIDE + 4 * (f & 15)]) = qr[u];
+        }
+        float *dst = &ls[lrow * SC_STRIDE + lc];
+        *reinterpret_cast<float4 *>(dst) = make_float4(lr[0], lr[1], lr[2], lr[3]);
+        *reinterpret_cast<float4 *>(dst + 4) = make_float4(lr[4], lr[5], lr[6], lr[7]);
+    };
+
+    /* lane: heads hg + 8a (a < 4), positions jg + 4b (b < 8); warp: columns 8*warp .. +8 of each chunk */
+    const int hg = lane & 7, jg = lane >> 3;
+    float acc[4][8] = {};
+    fetch(0);
+    store();
+    __syncthreads();
+    for (int64_t kc = 0; kc < R; kc += SC_K) {
+        const bool more = kc + SC_K < R;
+        if (more) fetch(kc + SC_K);
+#pragma unroll
+        for (int s = 0; s < SC_K / 32; s++) {
+            const int kk = warp * (SC_K / 8) + s * 4;
+            float4 qv[4];
+#pragma unroll
+            for (int a = 0; a < 4; a++) qv[a] = *reinterpret_cast<const float4 *>(&qs[(hg + 8 * a) * SC_STRIDE + kk]);
+#pragma unroll
+            for (int b = 0; b < 8; b++) {
+                const float4 lv = *reinterpret_cast<const float4 *>(&ls[(jg + 4 * b) * SC_STRIDE + kk]);
+#pragma unroll
+                for (int a = 0; a < 4; a++) {
+                    float v = acc[a][b];
+                    v = fmaf(qv[a].x, lv.x, v);
+                    v = fmaf(qv[a].y, lv.y, v);
+                    v = fmaf(qv[a].z, lv.z, v);
+                    acc[a][b] = fmaf(qv[a].w, lv.w, v);
+                }
+            }
+        }
+        __syncthreads();
+        if (more) {
+            store();
+            __syncthreads();
+        }
+    }
+
+    /* the 8 warps' partial sums (disjoint column ranges), added in warp order */
+    float *red = smem;   /* [8][32 heads][SC_RED_STRIDE] */
+#pragma unroll
+    for (int a = 0; a < 4; a++)
+#pragma unroll
+        for (int b = 0; b < 8; b++) red[(warp * SC_HEADS + hg + 8 * a) * SC_RED_STRIDE + jg + 4 * b] = acc[a][b];
+    __syncthreads();
+#pragma unroll
+    for (int u = 0; u < 4; u++) {
+        const int o = tid + 256 * u, hl = o >> 5, jl = o & 31;
+        const int64_t h = h0 + hl, j = j0 + jl;
+        if (h >= H || j >= W) continue;
+        float sum = 0.0f;
+        for (int w = 0; w < 8; w++) sum += red[(w * SC_HEADS + hl) * SC_RED_STRIDE + jl];
+        S[(tl * H + h) * W + j] = sum * scale;
+    }
+}
+
+/* Split s of positions [128 s, 128 s + 128): mpart, lpart [nS,nc,H] F32 (written by column tile 0),
+ * cpart[nS,nc,H,R] F32. S[nc,H,W] F32; latent[cap,R]; idx[T,W]. Block (column tile, s, tl * nHT + head tile). */
+__global__ void __launch_bounds__(MLA_THREADS)
+sparse_mla_pv_kernel(float *cpart, float *mpart, float *lpart, const float *S, act_in latent, bool l_vec,
+                     const int32_t *idx, int64_t t0, int64_t nc, int64_t H, int64_t R, int64_t W, int64_t cap) {
+    __shared__ int64_t pos_s[PV_SPLIT];
+    __shared__ float m_s[PV_HEADS];
+    __shared__ __align__(16) float pT[PV_CHUNK][PV_PT_STRIDE];   /* e[j][h] */
+    __shared__ __align__(16) float lt[PV_CHUNK][PV_COLS];        /* latent[pos_j][r0 + c] */
+    const int64_t n_ht = (H + PV_HEADS - 1) / PV_HEADS;
+    const int64_t r0 = (int64_t)blockIdx.x * PV_COLS, s = blockIdx.y, j0 = s * PV_SPLIT;
+    const int64_t tl = blockIdx.z / n_ht, h0 = (blockIdx.z % n_ht) * PV_HEADS, t = t0 + tl;
+    const int64_t jn = W - j0 < PV_SPLIT ? W - j0 : PV_SPLIT;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+
+    for (int i = tid; i < PV_SPLIT; i += blockDim.x) {
+        int64_t id = i < jn ? idx[t * W + j0 + i] : -1;
+        pos_s[i] = id >= 0 && id < cap ? id : -1;
+    }
+    __syncthreads();
+
+    /* staging: scores f = tid + 256u (head f/32, position f%32: coalesced along j); latent row tid/8, columns
+     * 8*(tid%8) .. +8. The raw scores are fetched ahead; the exp is taken when they are stored. */
+    float sr[8], lr[8];
+    auto fetch = [&](int jc) {
+#pragma unroll
+        for (int u = 0; u < 8; u++) {
+            const int f = tid + 256 * u, hl = f >> 5, j = jc + (f & 31);
+            sr[u] = h0 + hl < H && j < jn && pos_s[j] >= 0 ? S[(tl * H + h0 + hl) * W + j0 + j] : 0.0f;
+        }
+        const int j = jc + (tid >> 3);
+        const int64_t c0 = r0 + 8 * (tid & 7);
+        if (j < jn && pos_s[j] >= 0 && c0 < R) act_load8(latent, pos_s[j] * R, c0, R, l_vec, lr);
+        else
+#pragma unroll
+            for (int e = 0; e < 8; e++) lr[e] = 0.0f;
+    };
+    fetch(0);   /* the first chunk's latent rows are on their way while the split's statistics are taken */
+
+    /* split max and sum of exps: 4 threads per head, positions sub, sub + 4, ... */
+    {
+        const int hl = tid >> 2, sub = tid & 3;
+        const int64_t h = h0 + hl;
+        const float *srow = S + (tl * H + h) * W + j0;
+        float m = -INFINITY, l = 0.0f;
+        if (h < H)
+            for (int j = sub; j < jn; j += 4)
+                if (pos_s[j] >= 0) m = fmaxf(m, srow[j]);
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+        if (h < H && m != -INFINITY)
+            for (int j = sub; j < jn; j += 4)
+                if (pos_s[j] >= 0) l += expf(srow[j] - m);
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        if (sub == 0) {
+            m_s[hl] = m;
+            if (blockIdx.x == 0 && h < H) {
+                mpart[(s * nc + tl) * H + h] = m;
+                lpart[(s * nc + tl) * H + h] = l;
+            }
+        }
+    }
+    __syncthreads();
+
+    auto store = [&](int jc) {
+#pragma unroll
+        for (int u = 0; u < 8; u++) {
+            const int f = tid + 256 * u, hl = f >> 5, jl = f & 31, j = jc + jl;
+            pT[jl][hl] = h0 + hl < H && j < jn && pos_s[j] >= 0 ? expf(sr[u] - m_s[hl]) : 0.0f;
+        }
+        float *dst = &lt[tid >> 3][8 * (tid & 7)];
+        *reinterpret_cast<float4 *>(dst) = make_float4(lr[0], lr[1], lr[2], lr[3]);
+        *reinterpret_cast<float4 *>(dst + 4) = make_float4(lr[4], lr[5], lr[6], lr[7]);
+    };
+
+    /* thread: heads 4*hg .. +4, columns 4*rg .. +4; a warp reads 4 head groups x 8 column groups per j */
+    const int rg = (lane & 7) + 8 * (warp & 1), hg = (lane >> 3) + 4 * (warp >> 1);
+    float acc[4][4] = {};
+    store(0);
+    __syncthreads();
+    for (int jc = 0; jc < jn; jc += PV_CHUNK) {
+        const bool more = jc + PV_CHUNK < jn;
+        if (more) fetch(jc + PV_CHUNK);
+#pragma unroll 8
+        for (int jl = 0; jl < PV_CHUNK; jl++) {
+            const float4 pv = *reinterpret_cast<const float4 *>(&pT[jl][4 * hg]);
+            const float4 lv = *reinterpret_cast<const float4 *>(&lt[jl][4 * rg]);
+            const float p[4] = {pv.x, pv.y, pv.z, pv.w}, x[4] = {lv.x, lv.y, lv.z, lv.w};
+#pragma unroll
+            for (int a = 0; a < 4; a++)
+#pragma unroll
+                for (int b = 0; b < 4; b++) acc[a][b] = fmaf(p[a], x[b], acc[a][b]);
+        }
+        __syncthreads();
+        if (more) {
+            store(jc + PV_CHUNK);
+            __syncthreads();
+        }
+    }
+#pragma unroll
+    for (int a = 0; a < 4; a++) {
+        const int64_t h = h0 + 4 * hg + a;
+#pragma unroll
+        for (int b = 0; b < 4; b++) {
+            const int64_t r = r0 + 4 * rg + b;
+            if (h < H && r < R) cpart[((s * nc + tl) * H + h) * R + r] = acc[a][b];
+        }
+    }
+}
+
+/* o[T,H,dv] = Wv c, c combined from the nS splits. kv_b[H*(dk+dv), R]. Block (value-row tile, h, 4-row pass).
+ * Dynamic shared memory: c[4][Rp] (Rp = R rounded up to 8, zero padded), split weights [4][nS]. */
+__global__ void __launch_bounds__(MLA_THREADS, 2)
+sparse_mla_out_kernel(act_out o, const float *cpart, const float *mpart, const float *lpart, weight_ref kv_b,
+                      bool w_vec, int64_t t0, int64_t nc, int64_t H, int64_t dk, int64_t dv, int64_t R,
+                      int64_t nS) {
+    extern __shared__ __align__(16) float out_smem[];
+    const int64_t Rp = (R + 7) / 8 * 8;
+    float *c_s = out_smem, *wts = out_smem + MLA_ROWS * Rp;
+    const int64_t h = blockIdx.y, tl0 = (int64_t)blockIdx.z * MLA_ROWS;
+    const int nt = (int)(nc - tl0 < MLA_ROWS ? nc - tl0 : MLA_ROWS);
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+
+    /* split weights exp(m_s - M); M = -inf: the row has no valid position */
+    bool empty[MLA_ROWS];
+#pragma unroll
+    for (int m = 0; m < MLA_ROWS; m++) {
+        float M = -INFINITY;
+        if (m < nt)
+            for (int64_t s = 0; s < nS; s++) M = fmaxf(M, mpart[(s * nc + tl0 + m) * H + h]);
+        empty[m] = M == -INFINITY;
+        for (int64_t s = tid; s < nS; s += blockDim.x) {
+            const float ms = empty[m] ? -INFINITY : mpart[(s * nc + tl0 + m) * H + h];
+            wts[m * nS + s] = ms == -INFINITY ? 0.0f : expf(ms - M);
+        }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int m = 0; m < MLA_ROWS; m++) {
+        float L = 0.0f;
+        if (!empty[m])
+            for (int64_t s = 0; s < nS; s++) L += wts[m * nS + s] * lpart[(s * nc + tl0 + m) * H + h];
+        for (int64_t r = tid; r < Rp; r += blockDim.x) {
+            float a = 0.0f;
+            if (!empty[m] && r < R) {
+                for (int64_t s = 0; s < nS; s++) a += wts[m * nS + s] * cpart[((s * nc + tl0 + m) * H + h) * R + r];
+                a /= L;
+            }
+            c_s[m * Rp + r] = a;
+        }
+    }
+    __syncthreads();
+
+    /* warp: value rows e0 .. e0+8, 4 at a time; lane: columns 8*lane + 256k */
+    const int64_t v_row0 = h * (dk + dv) + dk;
+    for (int64_t e0 = (int64_t)blockIdx.x * OUT_ROWS + warp * 8; e0 < (int64_t)blockIdx.x * OUT_ROWS + warp * 8 + 8;
+         e0 += 4) {
+        float acc[4][MLA_ROWS] = {};
+#pragma unroll 2
+        for (int64_t c0 = 8 * lane; c0 < R; c0 += 256) {
+            float w[4][8];
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                if (e0 + e < dv) weight_load8(kv_b, v_row0 + e0 + e, c0, R, w_vec, w[e]);
+                else
+#pragma unroll
+                    for (int k = 0; k < 8; k++) w[e][k] = 0.0f;
+            }
+#pragma unroll
+            for (int m = 0; m < MLA_ROWS; m++) {
+                if (m >= nt) continue;
+                const float4 ca = *reinterpret_cast<const float4 *>(&c_s[m * Rp + c0]);
+                const float4 cb = *reinterpret_cast<const float4 *>(&c_s[m * Rp + c0 + 4]);
+                const float c[8] = {ca.x, ca.y, ca.z, ca.w, cb.x, cb.y, cb.z, cb.w};
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    float part = 0.0f;
+#pragma unroll
+                    for (int k = 0; k < 8; k++) part += w[e][k] * c[k];
+                    acc[e][m] += part;
+                }
+            }
+        }
+#pragma unroll
+        for (int m = 0; m < MLA_ROWS; m++) {
+            if (m >= nt) continue;   /* uniform over the block */
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const float v = cuda_warp_sum(acc[e][m]);
+                if (lane == 0 && e0 + e < dv) o.store(((t0 + tl0 + m) * H + h) * dv + e0 + e, empty[m] ? 0.0f : v);
+            }
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Launch
+ */
+static inline unsigned ceil_div(int64_t a, int64_t b) { return (unsigned)((a + b - 1) / b); }
 
 glm53_status cuda_sparse_mla(glm53_backend *be, glm53_tensor *o, const glm53_tensor *q, const glm53_tensor *latent,
                              const glm53_tensor *idx, const glm53_tensor *kv_b, float scale) {
@@ -104,16 +491,55 @@ glm53_status cuda_sparse_mla(glm53_backend *be, glm53_tensor *o, const glm53_ten
     int64_t R = cuda_cols(latent), cap = glm53_tensor_rows(latent), W = idx->shape[1];
     assert(o->shape[0] == T && o->shape[1] == H && idx->shape[0] == T);
     assert(kv_b->ndim == 2 && kv_b->shape[0] == H * (dk + dv) && kv_b->shape[1] == R);
-    assert(T * H <= INT32_MAX);
+    assert(T * H <= INT32_MAX && H <= 65535);
     weight_ref kr;
     GLM53_TRY(cuda_weight_ref(kv_b, &kr, "sparse_mla"));
     GLM53_TRY(cuda_enter(cb));
-    if (T * H == 0) return GLM53_OK;
-    size_t smem = (size_t)(dk + 2 * R + 2 * W) * sizeof(float);
-    GLM53_TRY(cuda_smem_optin(cb, (const void *)sparse_mla_kernel, smem, "sparse_mla"));
-    sparse_mla_kernel<<<(unsigned)(T * H), MLA_THREADS, smem, cb->stream>>>(
-        cuda_act_out(o), cuda_act_in(q), cuda_act_in(latent), (const int32_t *)idx->data, kr, H, dk, dv, R, W, cap,
-        scale, cb->fault);
-    CUDA_LAUNCHED("sparse_mla");
+    if (T * H * dv == 0) return GLM53_OK;
+    if (R == 0 || W == 0) {   /* nothing to attend to (or an empty value space): zeros, in either dtype */
+        CUDA_TRY(cudaMemsetAsync(o->data, 0, glm53_tensor_nbytes(o), cb->stream));
+        return GLM53_OK;
+    }
+
+    const bool w_vec = R % 8 == 0 && (uintptr_t)kr.data % 16 == 0;
+    const bool l_vec = R % 8 == 0 && (uintptr_t)latent->data % 16 == 0;
+    const int64_t nS = (W + PV_SPLIT - 1) / PV_SPLIT, n_ht = (H + PV_HEADS - 1) / PV_HEADS;
+    const size_t row_bytes = (size_t)(H * R + H * W + nS * H * R + 2 * nS * H) * sizeof(float);
+    int64_t chunk = (int64_t)(MLA_SCRATCH_BUDGET / row_bytes);
+    if (chunk < 1) chunk = 1;
+    if (chunk > T) chunk = T;
+    if (chunk > 65535 / n_ht) chunk = 65535 / n_ht;   /* gridDim.z of the pv launch */
+
+    cuda_scratch s;
+    GLM53_TRY(s.get(cb, (size_t)chunk * row_bytes, "sparse_mla scratch"));
+    float *qh = (float *)s.ptr;                    /* [chunk,H,R] */
+    float *S = qh + chunk * H * R;                 /* [chunk,H,W] */
+    float *cpart = S + chunk * H * W;              /* [nS,chunk,H,R] */
+    float *mpart = cpart + nS * chunk * H * R;     /* [nS,chunk,H] */
+    float *lpart = mpart + nS * chunk * H;         /* [nS,chunk,H] */
+
+    const int64_t Rp = (R + 7) / 8 * 8;
+    const size_t out_smem = (size_t)(MLA_ROWS * Rp + MLA_ROWS * nS) * sizeof(float);
+    GLM53_TRY(cuda_smem_optin(cb, (const void *)sparse_mla_out_kernel, out_smem, "sparse_mla (out)"));
+
+    const act_in qa = cuda_act_in(q), la = cuda_act_in(latent);
+    const act_out oa = cuda_act_out(o);
+    const int32_t *ids = (const int32_t *)idx->data;
+    for (int64_t t0 = 0; t0 < T; t0 += chunk) {
+        const int64_t nc = T - t0 < chunk ? T - t0 : chunk;
+        sparse_mla_qh_kernel<<<dim3(ceil_div(R, QH_COLS), (unsigned)H, ceil_div(nc, MLA_ROWS)), MLA_THREADS, 0,
+                               cb->stream>>>(qh, qa, kr, w_vec, t0, nc, H, dk, dv, R);
+        CUDA_LAUNCHED("sparse_mla (qh)");
+        sparse_mla_scores_kernel<<<dim3(ceil_div(W, SC_POS), ceil_div(H, SC_HEADS), (unsigned)nc), MLA_THREADS, 0,
+                                   cb->stream>>>(S, qh, la, l_vec, ids, t0, H, R, W, cap, scale, cb->fault);
+        CUDA_LAUNCHED("sparse_mla (scores)");
+        sparse_mla_pv_kernel<<<dim3(ceil_div(R, PV_COLS), (unsigned)nS, (unsigned)(nc * n_ht)), MLA_THREADS, 0,
+                               cb->stream>>>(cpart, mpart, lpart, S, la, l_vec, ids, t0, nc, H, R, W, cap);
+        CUDA_LAUNCHED("sparse_mla (pv)");
+        sparse_mla_out_kernel<<<dim3(ceil_div(dv, OUT_ROWS), (unsigned)H, ceil_div(nc, MLA_ROWS)), MLA_THREADS,
+                                out_smem, cb->stream>>>(oa, cpart, mpart, lpart, kr, w_vec, t0, nc, H, dk, dv, R,
+                                                        nS);
+        CUDA_LAUNCHED("sparse_mla (out)");
+    }
     return GLM53_OK;
 }

@@ -1410,11 +1410,11 @@ done:
 }
 
 typedef struct {
-    glm53_tensor *o, *q, *k, *v, *g, *beta, *state;
+    glm53_tensor *o, *q, *k, *v, *g, *beta, *states, *slots;
 } kda_ctx;
 static glm53_status call_kda(void *p) {
     kda_ctx *c = p;
-    return gpu->ops->kda_recurrent(gpu, c->o, c->q, c->k, c->v, c->g, c->beta, c->state, NULL);
+    return gpu->ops->kda_recurrent(gpu, c->o, c->q, c->k, c->v, c->g, c->beta, c->states, c->slots);
 }
 
 static void bench_kda(int64_t T) {
@@ -1429,13 +1429,17 @@ static void bench_kda(int64_t T) {
     TRY(new_tensor(gpu, &c.o, BF16, SHAPE(T, H, d)));
     TRY(new_tensor(gpu, &c.g, F32, SHAPE(T, H, d)));
     TRY(new_tensor(gpu, &c.beta, F32, SHAPE(T, H)));
-    TRY(new_tensor(gpu, &c.state, F32, SHAPE(H, d, d)));
+    /* A ring of one: start from slot 0, keep only the last row's state (a prefill without snapshots). */
+    TRY(new_tensor(gpu, &c.states, F32, SHAPE(1, H, d, d)));
+    int32_t *slot_ids = hmem((size_t)(T + 1) * sizeof(int32_t));
+    for (int64_t t = 0; t <= T; t++) slot_ids[t] = t == 0 || t == T ? 0 : -1;
+    TRY(tensor_raw(gpu, &c.slots, I32, slot_ids, SHAPE(T + 1)));
     TRY(gpu->ops->fill(gpu, c.q, 0.01f));
     TRY(gpu->ops->fill(gpu, c.k, 0.01f));
     TRY(gpu->ops->fill(gpu, c.v, 0.5f));
     TRY(gpu->ops->fill(gpu, c.g, -0.01f));
     TRY(gpu->ops->fill(gpu, c.beta, 0.5f));
-    TRY(gpu->ops->fill(gpu, c.state, 0.0f));
+    TRY(gpu->ops->fill(gpu, c.states, 0.0f));
     double us = bench_time(call_kda, &c);
     /* floor: the state read and written once, plus the token rows */
     double bytes = 2.0 * H * d * d * 4 + (double)T * H * (4 * d * 2 + d * 4 + 4);
