@@ -62,7 +62,7 @@ __device__ inline void gemv_lane_partials(float (&acc)[MAX_M], const weight_ref 
         /* 16-byte alignment of every row's chunk: the base, x0 and K (a multiple of 16 here) */
         const bool x_aligned = (uintptr_t)x.data % 16 == 0 && x0 % 16 == 0;
         const int32_t bc = w.block_cols;
-#pragma unroll 2
+#pragma unroll 4   /* four 16-byte weight loads in flight per lane */
         for (int32_t k0 = lane * 16; k0 < (int32_t)K; k0 += 32 * 16) {
             float wv[16], s = 1.0f;
             bool scale_per_chunk = true;

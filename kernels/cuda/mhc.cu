@@ -10,8 +10,9 @@
  *      H and fn are BF16; partials to scratch [N, chunks, 25];
  *   2. mix: one block per row adds the partials in chunk order, applies 1 / rms (one scalar per row, so it
  *      commutes with the projection), computes pre and post, runs the Sinkhorn iterations on the S x S matrix
- *      with one lane per row / column (each sum over its S terms in the CPU's order), and collapses the streams
- *      into x.
+ *      (S * S <= 32: one lane per element, in a register, the sums gathered by shuffles; larger S: one lane per
+ *      row / column in shared memory; either way each sum over its S terms in the CPU's order), and collapses
+ *      the streams into x.
  * Every row is computed alone, in a fixed order: the result of a row does not depend on the batch.
  */
 #include "kernels/cuda/cuda_common.cuh"
@@ -116,9 +117,9 @@ mhc_project_kernel(float *part, act_in H, weight_ref fn, int64_t S, int64_t D) {
 }
 
 /* Stage 2 of mhc_pre: one block per row n. Sums the chunks' partials in chunk order, scales the projections by
- * the row's 1 / rms, computes pre and post, runs the Sinkhorn iterations on the S x S matrix in the CPU
- * backend's order (lane j of warp 0 normalises row j, lane k column k: each sum runs over its S terms in the
- * CPU's order, so the matrix comes out as the serial loop's), then collapses the streams into x.
+ * the row's 1 / rms, computes pre and post, runs the Sinkhorn iterations on the S x S matrix in warp 0 (each
+ * row or column sum over its S terms in the CPU's order, so the matrix comes out as the serial loop's), then
+ * collapses the streams into x.
  * post[N,S], comb[N,S,S] F32; x[N,D] activation; H[N,S,D]; part[N, n_chunks, n_mix + 1]. */
 __global__ void __launch_bounds__(MHC_THREADS)
 mhc_mix_kernel(act_out x, float *post, float *comb, act_in H, const float *part, int n_chunks, weight_ref base,
@@ -142,33 +143,60 @@ mhc_mix_kernel(act_out x, float *post, float *comb, act_in H, const float *part,
         if (lane < S) {
             pre[lane] = cuda_sigmoid(m[lane] * r * s0 + base.at(0, lane)) + hc_eps;
             post[n * S + lane] = 2.0f * cuda_sigmoid(m[S + lane] * r * s1 + base.at(0, S + lane));
-            /* row softmax (+eps) of row `lane` */
-            float *row = C + lane * S, mx = -INFINITY, sum = 0.0f;
-            for (int64_t k = 0; k < S; k++) {
-                row[k] = m[2 * S + lane * S + k] * r * s2 + base.at(0, 2 * S + lane * S + k);
-                if (row[k] > mx) mx = row[k];
-            }
-            for (int64_t k = 0; k < S; k++) sum += (row[k] = expf(row[k] - mx));
-            for (int64_t k = 0; k < S; k++) row[k] = row[k] / sum + hc_eps;
         }
-        __syncwarp();
-        for (int32_t it = 0; it < iters; it++) {
-            if (it > 0) {
+        if (S * S <= 32) {
+            /* Lane j*S + k holds C[j][k] in a register; a row (column) sum gathers its S terms by shuffles and adds
+             * them in the CPU's order, so every lane of the row divides by the same sum the serial loop forms. */
+            const int j = lane / (int)S, k = lane % (int)S;
+            const bool mine = lane < S * S;
+            float c = mine ? m[2 * S + lane] * r * s2 + base.at(0, 2 * S + lane) : 0.0f;
+            float mx = -INFINITY, sum = 0.0f;
+            for (int q = 0; q < S; q++) mx = fmaxf(mx, __shfl_sync(0xffffffffu, c, j * (int)S + q));
+            /* The CPU's max is a serial `if (row[k] > mx)`: equal to fmaxf for the non-NaN values it meets. */
+            c = mine ? expf(c - mx) : 0.0f;
+            for (int q = 0; q < S; q++) sum += __shfl_sync(0xffffffffu, c, (j * (int)S + q) & 31);
+            c = c / sum + hc_eps;
+            for (int32_t it = 0; it < iters; it++) {
+                if (it > 0) {
+                    float rs = 0.0f;
+                    for (int q = 0; q < S; q++) rs += __shfl_sync(0xffffffffu, c, (j * (int)S + q) & 31);
+                    c /= rs + hc_eps;
+                }
+                float cs = 0.0f;
+                for (int q = 0; q < S; q++) cs += __shfl_sync(0xffffffffu, c, (q * (int)S + k) & 31);
+                c /= cs + hc_eps;
+            }
+            if (mine) comb[n * S * S + lane] = c;
+        } else {
+            /* Larger S: lane j normalises row j, lane k column k, in shared memory. */
+            if (lane < S) {
+                float *row = C + lane * S, mx = -INFINITY, sum = 0.0f;
+                for (int64_t k = 0; k < S; k++) {
+                    row[k] = m[2 * S + lane * S + k] * r * s2 + base.at(0, 2 * S + lane * S + k);
+                    if (row[k] > mx) mx = row[k];
+                }
+                for (int64_t k = 0; k < S; k++) sum += (row[k] = expf(row[k] - mx));
+                for (int64_t k = 0; k < S; k++) row[k] = row[k] / sum + hc_eps;
+            }
+            __syncwarp();
+            for (int32_t it = 0; it < iters; it++) {
+                if (it > 0) {
+                    if (lane < S) {
+                        float sum = 0.0f;
+                        for (int64_t k = 0; k < S; k++) sum += C[lane * S + k];
+                        for (int64_t k = 0; k < S; k++) C[lane * S + k] /= sum + hc_eps;
+                    }
+                    __syncwarp();
+                }
                 if (lane < S) {
                     float sum = 0.0f;
-                    for (int64_t k = 0; k < S; k++) sum += C[lane * S + k];
-                    for (int64_t k = 0; k < S; k++) C[lane * S + k] /= sum + hc_eps;
+                    for (int64_t j = 0; j < S; j++) sum += C[j * S + lane];
+                    for (int64_t j = 0; j < S; j++) C[j * S + lane] /= sum + hc_eps;
                 }
                 __syncwarp();
             }
-            if (lane < S) {
-                float sum = 0.0f;
-                for (int64_t j = 0; j < S; j++) sum += C[j * S + lane];
-                for (int64_t j = 0; j < S; j++) C[j * S + lane] /= sum + hc_eps;
-            }
-            __syncwarp();
+            for (int64_t i = lane; i < S * S; i += 32) comb[n * S * S + i] = C[i];
         }
-        for (int64_t i = lane; i < S * S; i += 32) comb[n * S * S + i] = C[i];
     }
     __syncthreads();
 
