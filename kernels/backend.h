@@ -131,7 +131,7 @@ struct glm53_backend_ops {
     void         (*graph_free)(glm53_backend *be, glm53_graph *graph);
     /* OPTIONAL. Counters since the instance was made. */
     void         (*counters)(glm53_backend *be, glm53_backend_counters *out);
-    /* OPTIONAL. Per-kernel timing, the tool behind kernels/cuda/bench/profile_step.c: profile_start clears the
+    /* OPTIONAL. Per-kernel timing, the tool behind tests/cuda/profile_step.c: profile_start clears the
      * record and starts timing the work this instance enqueues (an event after every kernel and copy, so the
      * time between two events is the work between them; nothing is recorded while capturing); profile_report
      * writes one row per label (calls, total, mean, share) to `out`, longest first, and stops. Timing adds
