@@ -176,6 +176,31 @@ struct act_in {
     }
 };
 
+/* 8 BF16 values packed in 16 bytes, as floats (BF16 -> F32 is exact: the bits shifted up). */
+__device__ inline void cuda_bf16x8_to_float(uint4 u, float (&v)[8]) {
+    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        v[2 * i] = __uint_as_float(w[i] << 16);
+        v[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    }
+}
+
+/* v = a[i .. i+8) as floats: 16-byte loads when `aligned` (the caller knows the address is 16-byte aligned),
+ * else element by element. Either gives the same values. */
+__device__ inline void cuda_act_load8(act_in a, int64_t i, bool aligned, float (&v)[8]) {
+    if (aligned && a.bf16) {
+        cuda_bf16x8_to_float(*reinterpret_cast<const uint4 *>((const __nv_bfloat16 *)a.data + i), v);
+    } else if (aligned) {
+        float4 x = *reinterpret_cast<const float4 *>((const float *)a.data + i);
+        float4 y = *reinterpret_cast<const float4 *>((const float *)a.data + i + 4);
+        v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w, v[4] = y.x, v[5] = y.y, v[6] = y.z, v[7] = y.w;
+    } else {
+#pragma unroll
+        for (int k = 0; k < 8; k++) v[k] = a[i + k];
+    }
+}
+
 /* An activation (F32 or BF16) written from floats: the one rounding of an op's result happens here. */
 struct act_out {
     void *data;

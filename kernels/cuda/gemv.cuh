@@ -21,30 +21,13 @@ __host__ __device__ inline bool gemv_vec16(const weight_ref &w, int64_t K) {
     return w.dtype != GLM53_F8_E4M3 || (uintptr_t)w.data % 16 == 0;
 }
 
-/* 16 consecutive activations x[i .. i+16) as floats: two (BF16) or four (F32) 16-byte loads when `aligned`
- * (the address is 16-byte aligned, known by the caller), else element by element. */
+/* 16 consecutive activations x[i .. i+16) as floats (cuda_act_load8 twice). */
 __device__ inline void gemv_load_x16(float (&xv)[16], act_in x, int64_t i, bool aligned) {
-    if (aligned && x.bf16) {
-        const uint4 *p = reinterpret_cast<const uint4 *>((const __nv_bfloat16 *)x.data + i);
-        uint4 a = p[0], b = p[1];
-        const __nv_bfloat162 *pa = reinterpret_cast<const __nv_bfloat162 *>(&a);
-        const __nv_bfloat162 *pb = reinterpret_cast<const __nv_bfloat162 *>(&b);
+    float a[8], b[8];
+    cuda_act_load8(x, i, aligned, a);
+    cuda_act_load8(x, i + 8, aligned, b);
 #pragma unroll
-        for (int e = 0; e < 4; e++) {
-            float2 fa = __bfloat1622float2(pa[e]), fb = __bfloat1622float2(pb[e]);
-            xv[2 * e] = fa.x, xv[2 * e + 1] = fa.y, xv[8 + 2 * e] = fb.x, xv[8 + 2 * e + 1] = fb.y;
-        }
-    } else if (aligned) {
-        const float4 *p = reinterpret_cast<const float4 *>((const float *)x.data + i);
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            float4 v = p[e];
-            xv[4 * e] = v.x, xv[4 * e + 1] = v.y, xv[4 * e + 2] = v.z, xv[4 * e + 3] = v.w;
-        }
-    } else {
-#pragma unroll
-        for (int j = 0; j < 16; j++) xv[j] = x[i + j];
-    }
+    for (int j = 0; j < 8; j++) xv[j] = a[j], xv[8 + j] = b[j];
 }
 
 /* acc[m] += this lane's share of sum_k x[x0 + m * K + k] * w[n, k], for m < M (M <= MAX_M).

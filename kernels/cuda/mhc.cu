@@ -62,26 +62,17 @@ mhc_project_kernel(float *part, act_in H, weight_ref fn, int64_t S, int64_t D) {
         if (VEC) {
             const __nv_bfloat16 *h = (const __nv_bfloat16 *)H.data + n * SD, *w = (const __nv_bfloat16 *)fn.data;
             for (int64_t i = i0 + (int64_t)threadIdx.x * 8; i < i1; i += (int64_t)MHC_PROJECT_THREADS * 8) {
-                uint4 hp = *reinterpret_cast<const uint4 *>(h + i);
-                const __nv_bfloat162 *h2 = reinterpret_cast<const __nv_bfloat162 *>(&hp);
                 float hv[8];
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    float2 f = __bfloat1622float2(h2[e]);
-                    hv[2 * e] = f.x, hv[2 * e + 1] = f.y;
-                }
+                cuda_bf16x8_to_float(*reinterpret_cast<const uint4 *>(h + i), hv);
 #pragma unroll
                 for (int g = 0; g < MHC_GROUP; g++) {
                     int v = v0 + g;
                     float a = 0.0f;
                     if (v < n_mix) {
-                        uint4 wp = *reinterpret_cast<const uint4 *>(w + (int64_t)v * SD + i);
-                        const __nv_bfloat162 *w2 = reinterpret_cast<const __nv_bfloat162 *>(&wp);
+                        float wv[8];
+                        cuda_bf16x8_to_float(*reinterpret_cast<const uint4 *>(w + (int64_t)v * SD + i), wv);
 #pragma unroll
-                        for (int e = 0; e < 4; e++) {
-                            float2 f = __bfloat1622float2(w2[e]);
-                            a += hv[2 * e] * f.x + hv[2 * e + 1] * f.y;
-                        }
+                        for (int e = 0; e < 4; e++) a += hv[2 * e] * wv[2 * e] + hv[2 * e + 1] * wv[2 * e + 1];
                     } else if (v == n_mix) {
 #pragma unroll
                         for (int e = 0; e < 8; e++) a += hv[e] * hv[e];

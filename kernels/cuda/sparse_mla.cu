@@ -64,21 +64,12 @@ static const size_t MLA_SCRATCH_BUDGET = (size_t)64 << 20;   /* bytes of scratch
  * base 16-byte aligned) takes 16-byte loads; otherwise single elements, zeros past the end of the row. Both
  * give the same values, so the choice never changes a result.
  */
-__device__ inline void bf16x8_to_float(uint4 u, float (&v)[8]) {
-    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        v[2 * i] = __uint_as_float(w[i] << 16);
-        v[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-    }
-}
-
 /* v = w[row, c0 .. c0+8), c0 < cols. */
 __device__ inline void weight_load8(const weight_ref &w, int64_t row, int64_t c0, int64_t cols, bool vec,
                                     float (&v)[8]) {
     const int64_t i = row * cols + c0;
     if (vec && w.dtype == GLM53_BF16) {
-        bf16x8_to_float(*reinterpret_cast<const uint4 *>((const __nv_bfloat16 *)w.data + i), v);
+        cuda_bf16x8_to_float(*reinterpret_cast<const uint4 *>((const __nv_bfloat16 *)w.data + i), v);
     } else if (vec && w.dtype == GLM53_F32) {
         float4 a = *reinterpret_cast<const float4 *>((const float *)w.data + i);
         float4 b = *reinterpret_cast<const float4 *>((const float *)w.data + i + 4);
@@ -107,14 +98,10 @@ __device__ inline void weight_load8(const weight_ref &w, int64_t row, int64_t c0
     }
 }
 
-/* v = a[row_off + c0 .. + 8) of an activation row of `cols` elements, c0 < cols. */
+/* v = a[row_off + c0 .. + 8) of an activation row of `cols` elements, c0 < cols: zeros past the row's end. */
 __device__ inline void act_load8(act_in a, int64_t row_off, int64_t c0, int64_t cols, bool vec, float (&v)[8]) {
-    if (vec && a.bf16) {
-        bf16x8_to_float(*reinterpret_cast<const uint4 *>((const __nv_bfloat16 *)a.data + row_off + c0), v);
-    } else if (vec) {
-        float4 x = *reinterpret_cast<const float4 *>((const float *)a.data + row_off + c0);
-        float4 y = *reinterpret_cast<const float4 *>((const float *)a.data + row_off + c0 + 4);
-        v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w, v[4] = y.x, v[5] = y.y, v[6] = y.z, v[7] = y.w;
+    if (vec) {
+        cuda_act_load8(a, row_off + c0, true, v);
     } else {
 #pragma unroll
         for (int k = 0; k < 8; k++) v[k] = c0 + k < cols ? a[row_off + c0 + k] : 0.0f;

@@ -7,7 +7,7 @@ set -eu
 cd "$(git rev-parse --show-toplevel)"
 rm -rf /tmp/h200pack && mkdir -p /tmp/h200pack
 cp build/libglm53.so.0.1.0 /tmp/h200pack/libglm53.so
-for b in profile_step test_cuda_graph test_cuda_ops test_cuda_vision_ops; do cp build/$b /tmp/h200pack/; done
+for b in profile_step test_cuda_graph test_cuda_ops test_cuda_vision_ops test_nccl; do cp build/$b /tmp/h200pack/; done
 strip /tmp/h200pack/*
 mkdir -p .h200
 tar cf - -C /tmp/h200pack . | xz -9e --lzma2=dict=96MiB -T2 > .h200/bin.txz   # the binaries share the library: one dictionary holds it once
