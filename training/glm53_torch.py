@@ -13,6 +13,8 @@ import os
 import re
 import shutil
 import sys
+import time
+import types
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -25,6 +27,7 @@ import torch.nn.functional as F  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
+import fast_ops  # noqa: E402
 import model_config as mc  # noqa: E402
 
 mf = mc.mf
@@ -131,16 +134,13 @@ def dsa_attentions(model, mtp=None):
     return out
 
 
-KDA_CHUNK = 16  # <= 17 keeps exp() of the masked-out decays finite: per-token log-decay > -5, 15 * 5 = 75 < 88.7
+KDA_CHUNK = fast_ops.KDA_CHUNK
 
 
 def wrap_kda(counter):
-    """Run transformers' torch KDA core (chunk_kimi_delta_attention) with autocast off, so its float32 math stays
-    float32 inside a bf16-autocast step, and with chunks of KDA_CHUNK tokens. The chunked form exponentiates
-    every within-chunk decay difference, the masked-out upper triangle included: with 64-token chunks a channel
-    that forgets fast (log-decay near the -5 bound) overflows to inf there, and although the forward masks those
-    entries, the backward multiplies their zero gradient by inf and every gradient becomes NaN. With 16-token
-    chunks the largest exponent is 15 * 5 = 75, finite in float32. Same mathematics, other chunking."""
+    """Run KDA's chunked form as fast_ops.kda_chunk_parallel (a log-depth scan over chunks instead of transformers'
+    Python loop over them; the same mathematics, checked against transformers' function by check_fast_ops) with
+    autocast off, so its float32 math stays float32 inside a bf16-autocast step."""
     orig = M.chunk_kimi_delta_attention
     if getattr(orig, "_glm53_wrapped", False):
         return
@@ -149,45 +149,112 @@ def wrap_kda(counter):
         counter[0] += 1
         k["chunk_size"] = KDA_CHUNK
         with torch.autocast("cuda", enabled=False):
-            return orig(*a, **k)
+            return fast_ops.kda_chunk_parallel(*a, **k)
 
     chunk_kda_training._glm53_wrapped = True
     chunk_kda_training._glm53_orig = orig
     M.chunk_kimi_delta_attention = chunk_kda_training
 
 
-def check_kda_chunking(device, log):
-    """transformers' chunk_kimi_delta_attention with KDA_CHUNK-token chunks: the same output as its default chunking
-    and finite gradients where the decays are at the bound (the default's are NaN there, which is why)."""
+def dense_experts(model, mtp):
+    """Every Glm5NextTextExperts module runs fast_ops.moe_experts_dense (two GEMMs over all experts) instead of
+    transformers' per-expert loop with a host synchronisation per expert. -> the number of modules changed."""
+    n = 0
+    for mod in list(model.modules()) + list(mtp.modules()):
+        if isinstance(mod, M.Glm5NextTextExperts):
+            mod._glm53_loop_forward = mod.forward
+            mod.forward = types.MethodType(fast_ops.moe_experts_dense, mod)
+            n += 1
+    return n
+
+
+def _timed(fn, reps=5):
+    """Median wall time of fn() on the GPU in ms (after one warm-up call)."""
+    fn()
+    times = []
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - t) * 1e3)
+    return sorted(times)[len(times) // 2]
+
+
+def check_fast_ops(model, device, log):
+    """fast_ops against transformers' own functions in float32 (TF32 off), forward and backward, then their speed
+    on a training-sized input. (1) kda_chunk_parallel vs chunk_kimi_delta_attention with KDA_CHUNK-token chunks
+    (transformers' default 64-token chunks give NaN gradients at the decay bound, so the comparison of gradients
+    is with 16); also the forward against the default chunking. (2) moe_experts_dense vs the experts' own loop.
+    Raises CheckError naming what differs."""
     f = getattr(M.chunk_kimi_delta_attention, "_glm53_orig", M.chunk_kimi_delta_attention)
-    g0 = torch.Generator(device="cpu").manual_seed(0)
-    B, S, H, K = 1, 80, 2, 16
-    q, k, v = (torch.randn(B, S, H, K, generator=g0).to(device) for _ in range(3))
-    beta = torch.rand(B, S, H, generator=g0).to(device)
-    g = torch.full((B, S, H, K), -4.9, device=device)
-    g[..., K // 2:] = -0.1 * torch.rand(B, S, H, K // 2, generator=g0).to(device)
-    outs, grads = [], []
-    for chunk in (None, KDA_CHUNK):
-        kk = k.clone().requires_grad_(True)
-        kw = dict(g=g, beta=beta, initial_state=None, output_final_state=False, use_qk_l2norm_in_kernel=True)
-        if chunk:
-            kw["chunk_size"] = chunk
-        with torch.autocast("cuda", enabled=False):
-            o, _ = f(q, kk, v, **kw)
-        o.float().square().sum().backward()
-        outs.append(o.detach().float())
-        grads.append(kk.grad.detach())
-    d = float((outs[0] - outs[1]).abs().max())
-    # F32 chunked forms of one recurrence agree to ~1e-4 here, not better: with decays at the bound the default's
-    # 64-token chunks multiply exp(-4.9 * 64)-scale factors (measured 2.0e-4 on the H200, 2026-12-01).
-    if d > 2e-3 * max(1.0, float(outs[0].abs().max())):
-        raise CheckError(f"chunk_kimi_delta_attention with chunk_size={KDA_CHUNK} differs from its default by {d:.3g}, "
-                         "more than F32 rounding of a chunked recurrence explains")
-    if not torch.isfinite(grads[1]).all():
-        raise CheckError(f"chunk_kimi_delta_attention gives non-finite gradients at the decay bound even with "
-                         f"chunk_size={KDA_CHUNK}")
-    log(f"check: KDA with {KDA_CHUNK}-token chunks equals the default chunking (max abs diff {d:.2e}); gradients at "
-        f"the decay bound finite (default chunking: {'finite' if torch.isfinite(grads[0]).all() else 'NaN'})")
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        g0 = torch.Generator(device="cpu").manual_seed(0)
+        B, S, H, K = 2, 300, 4, 64
+        q, k, v = (torch.randn(B, S, H, K, generator=g0).to(device) for _ in range(3))
+        beta = torch.rand(B, S, H, generator=g0).to(device)
+        g = -5.0 * torch.rand(B, S, H, K, generator=g0).to(device)
+        g[..., : K // 2] = -4.95
+        wout = torch.randn(B, S, H, K, generator=g0).to(device)
+        res = {}
+        for name, fn, chunk in (("transformers", f, KDA_CHUNK), ("fast", fast_ops.kda_chunk_parallel, KDA_CHUNK)):
+            ins = [x.clone().requires_grad_(True) for x in (q, k, v, g, beta)]
+            o, _ = fn(*ins[:3], g=ins[3], beta=ins[4], chunk_size=chunk, initial_state=None, output_final_state=False,
+                      use_qk_l2norm_in_kernel=True)
+            (o.float() * wout).sum().backward()
+            res[name] = [o.detach().float()] + [x.grad.detach() for x in ins]
+        with torch.no_grad():
+            o64, _ = f(q, k, v, g=g, beta=beta, initial_state=None, output_final_state=False,
+                       use_qk_l2norm_in_kernel=True)
+        worst = {}
+        for i, name in enumerate(("out", "grad q", "grad k", "grad v", "grad g", "grad beta")):
+            a, b = res["fast"][i], res["transformers"][i]
+            if not torch.isfinite(a).all():
+                raise CheckError(f"kda_chunk_parallel: {name} not finite")
+            worst[name] = float((a - b).abs().max() / b.abs().max().clamp_min(1e-6))
+        worst["out vs 64-token chunks"] = float((res["fast"][0] - o64.float()).abs().max() / o64.abs().max())
+        if max(worst.values()) > 1e-3:
+            raise CheckError(f"kda_chunk_parallel differs from transformers' chunk_kimi_delta_attention: {worst}")
+        log("check: kda_chunk_parallel equals transformers' chunk_kimi_delta_attention (max rel. diff "
+            + ", ".join(f"{n} {d:.1e}" for n, d in worst.items()) + ")")
+
+        ex = next(m for m in model.modules() if isinstance(m, M.Glm5NextTextExperts))
+        E = ex.gate_up_proj.shape[0]
+        T = 3000
+        x = torch.randn(T, ex.gate_up_proj.shape[2], generator=g0).to(device).requires_grad_(True)
+        idx = torch.stack([torch.randperm(E, generator=g0)[:2] for _ in range(T)]).to(device)
+        w = torch.rand(T, 2, generator=g0).to(device).requires_grad_(True)
+        wo = torch.randn(T, ex.gate_up_proj.shape[2], generator=g0).to(device)
+        loop = getattr(ex, "_glm53_loop_forward", ex.forward)
+        outs = []
+        for fn in (loop, lambda *a: fast_ops.moe_experts_dense(ex, *a)):
+            ex.zero_grad(set_to_none=True)
+            o = fn(x, idx, w)
+            gx, gw, gup, gdn = torch.autograd.grad((o * wo).sum(), [x, w, ex.gate_up_proj, ex.down_proj])
+            outs.append([o.detach(), gx, gw, gup, gdn])
+        d = [float((a - b).abs().max() / b.abs().max().clamp_min(1e-6)) for a, b in zip(outs[1], outs[0])]
+        if max(d) > 1e-4:
+            raise CheckError(f"moe_experts_dense differs from the experts' loop: out/x/w/gate_up/down {d}")
+        log(f"check: moe_experts_dense equals the experts' loop (max rel. diff {max(d):.1e} over output and gradients)")
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+
+    # speed on one training-sized input, as training runs it (TF32 as set by train.py)
+    Bt, St = 16, 4096
+    ins = [torch.randn(Bt, St, H, K, device=device).requires_grad_(True) for _ in range(3)]
+    gt = (-5.0 * torch.rand(Bt, St, H, K, device=device)).requires_grad_(True)
+    bt = torch.rand(Bt, St, H, device=device).requires_grad_(True)
+    times = {}
+    for name, fn in (("transformers", f), ("fast", fast_ops.kda_chunk_parallel)):
+        def step(fn=fn):
+            o, _ = fn(*ins, g=gt, beta=bt, chunk_size=KDA_CHUNK, initial_state=None, output_final_state=False,
+                      use_qk_l2norm_in_kernel=True)
+            o.float().sum().backward()
+        times[name] = _timed(step, reps=3)
+    log(f"speed: KDA forward + backward on [{Bt}, {St}, {H}, {K}]: transformers' chunk loop {times['transformers']:.0f} "
+        f"ms, kda_chunk_parallel {times['fast']:.1f} ms ({times['transformers'] / times['fast']:.1f}x)")
 
 
 # ----------------------------------------------------------------------------------------------------------

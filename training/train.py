@@ -66,7 +66,8 @@ def parse_args(argv=None):
     ap.add_argument("--init-from", help="start from an exported model directory (weights only)")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--data-seed", type=int, default=D.DEFAULT_SEED)
-    ap.add_argument("--data-scale", type=float, default=1.0, help="times the default item counts per family")
+    ap.add_argument("--data-scale", type=float, default=2.0, help="times prep.FULL_COUNTS per family (default 2: the faster "
+                    "steps of fast_ops see each item about 2-3 times in a 15-minute budget)")
     ap.add_argument("--workers", type=int, default=max(1, min(15, (os.cpu_count() or 2) - 1)))
     ap.add_argument("--step-tokens", type=int, help="padded tokens per step (default 65536; smoke 8192)")
     ap.add_argument("--lr", type=float, default=2e-3)
@@ -129,22 +130,6 @@ def flops_per_token(spec):
     return 6 * (p["active_per_token"] + mtp_active) + 3 * attn
 
 
-def expected_step_seconds(spec, seq_len, launch_us=15.0):
-    """A rough a-priori step time: the eager model is bound by kernel launches, not FLOPs. Counts the launches of
-    one forward (transformers' pure-PyTorch KDA with 16-token chunks: a 15-step triangular solve and ~12 kernels per
-    chunk; Sinkhorn's 2 x iterations per mHC site; the eager MoE's loop over experts), times 3 for the backward."""
-    t = spec["text"]
-    chunk = 16
-    kda = 150 + 6 * (chunk - 1) + 12 * math.ceil(seq_len / chunk)
-    mhc = 2 * (30 + 2 * t["hc_sinkhorn_iters"])
-    moe = 20 + 8 * t["n_routed_experts"]
-    layers = 0
-    for lt, mt in zip(t["layer_types"], t["mlp_layer_types"]):
-        layers += (kda if lt == mc.KDA else 120) + mhc + (moe if mt == "sparse" else 10)
-    total = 3 * (layers + 120 + moe + 400)  # + MTP attention, KL, heads and losses
-    return total * launch_us * 1e-6
-
-
 def dry_run(a):
     spec = mc.spec(a.size)
     text, info = mc.format_summary(spec)
@@ -157,12 +142,8 @@ def dry_run(a):
     print(f"training: {a.step_tokens} padded tokens per step, lr {a.lr} (warm-up {a.warmup_frac:.0%}, cosine to "
           f"{a.min_lr_frac:.0%}), dense-attention phase {a.dense_frac:.0%} of the steps, budget {a.minutes} min")
     print(f"compute: ~{fpt / 1e6:.1f} MFLOP per training token; the H200's bf16 floor would be "
-          f"~{H200_BF16_FLOPS / fpt / 1e6:.0f}M tokens/s. transformers' pure-PyTorch KDA (a Python loop per 16-token "
-          "chunk, as train.py runs it, and a 15-step triangular solve per layer) is launch-bound, far below that: "
-          "train.py measures the first steps and plans the step count from them.")
-    print("expected (a guess until measured: ~15 us per kernel launch): " + ", ".join(
-        f"{L}-token batches {expected_step_seconds(spec, L):.2f} s/step = {a.step_tokens / expected_step_seconds(spec, L) / 1e3:.0f}k tokens/s"
-        for L in (256, 1024, 4096)))
+          f"~{H200_BF16_FLOPS / fpt / 1e6:.0f}M tokens/s. The eager model (mHC's Sinkhorn loop, the KPool indexer, "
+          "eager attention) is far below that: train.py times the first steps and plans the step count from them.")
     bad = info["problems"] or (a.size == "full" and info["checkpoint_bytes"] > mc.MAX_CHECKPOINT_BYTES)
     return 1 if bad else 0
 
@@ -357,6 +338,9 @@ class Trainer:
         self.attns = G.dsa_attentions(self.model, self.mtp)
         self.kda_calls = [0]
         G.wrap_kda(self.kda_calls)
+        n_experts = G.dense_experts(self.model, self.mtp)
+        self.log(f"model: KDA through fast_ops.kda_chunk_parallel, {n_experts} expert sets through "
+                 "fast_ops.moe_experts_dense (checked against transformers' functions next)")
         self.routers = [m for m in list(self.model.modules()) + list(self.mtp.modules())
                         if isinstance(m, G.M.Glm5NextTextTopkRouter)]
         self.router_counts = [torch.zeros(r.num_experts, device="cuda") for r in self.routers]
@@ -395,14 +379,14 @@ class Trainer:
         S = int(min(ds["lengths"][long])) // 64 * 64
         S = min(S, 1024)
         ids = np.stack([ds["tokens"][ds["offsets"][i]:ds["offsets"][i] + S] for i in long]).astype(np.int64)
-        self.G.check_kda_chunking("cuda", self.log)
+        self.G.check_fast_ops(self.model, "cuda", self.log)
         self.G.check_hooks(self.model, self.mtp, self.attns, self.torch.from_numpy(ids).cuda(), self.log)
         if self.kda_calls[0] == 0:
             raise self.G.CheckError("transformers did not call chunk_kimi_delta_attention through the module global, "
-                                    "so the float32 / 16-token-chunk wrapper is not in effect (NaN gradients likely)")
+                                    "so the float32 kda_chunk_parallel wrapper is not in effect")
         else:
-            self.log(f"check: KDA core runs in float32 with {self.G.KDA_CHUNK}-token chunks ({self.kda_calls[0]} calls "
-                     "in the check)")
+            self.log(f"check: the model's KDA runs kda_chunk_parallel in float32 with {self.G.KDA_CHUNK}-token chunks "
+                     f"({self.kda_calls[0]} calls in the check)")
         for c in self.router_counts:
             c.zero_()
 
@@ -539,11 +523,8 @@ class Trainer:
         train_deadline = self.deadline - a.export_reserve
         fpt = flops_per_token(self.spec)
         self.log(f"plan: ~{fpt / 1e6:.1f} MFLOP per training token -> {H200_BF16_FLOPS / fpt / 1e6:.0f}M tokens/s at "
-                 "the H200's bf16 peak; the pure-PyTorch KDA is launch-bound, so the first steps are timed and the "
-                 f"step count planned from them; {max(0.0, train_deadline - time.time()):.0f} s left for training")
-        self.log("plan: expected before measuring (~15 us per kernel launch): " + ", ".join(
-            f"{L}-token batches {expected_step_seconds(self.spec, L):.2f} s/step "
-            f"({a.step_tokens / expected_step_seconds(self.spec, L) / 1e3:.0f}k tokens/s)" for L in (256, 1024, 4096)))
+                 "the H200's bf16 peak; the eager model is far from it, so the first steps are timed and the step "
+                 f"count planned from them; {max(0.0, train_deadline - time.time()):.0f} s left for training")
         if a.steps:
             self.total_steps = a.steps
         win = dict(t=time.time(), tokens=0, steps=0, msum=0, mcnt=0, tsum=0, tcnt=0, main=0.0, mtp=0.0, kl=0.0, gn=0.0)
