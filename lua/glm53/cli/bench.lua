@@ -2,7 +2,7 @@
 glm53.cli.bench - `glm53 bench`: prefill and decode speed of a checkpoint against the hardware floor.
 
     glm53 bench --model DIR [--device cpu|cuda] [--prompt 512] [--decode 64] [--repeat 3]
-                [--bandwidth BYTES_PER_S] [--flops FLOP_PER_S]
+                [--bandwidth BYTES_PER_S] [--flops FLOP_PER_S] [--batch 1,2,4,8,16]
     glm53 bench serve --server URL [...]      the serving load generator (glm53.bench.serve_cli)
 
 Random prompt ids (below the tokenizer's vocabulary when the checkpoint has one); greedy decode. The floor of a
@@ -13,6 +13,11 @@ parameters x tokens over the dense BF16 peak. Prints one table (best of --repeat
 The hardware figures: --bandwidth and --flops, else the device's defaults below. The CPU has none (machines differ
 too much): its floor is "n/a" unless you give them. With only --bandwidth the floors are the bytes term alone,
 which is still a lower bound on the time.
+
+--batch N[,N...] adds batched decode: for each N, N sequences each hold their own --prompt-token prompt and decode
+greedily together, N rows per step (what a server's continuous batching runs). The table gives the step time (the
+engine's step alone, best of --repeat runs of --decode steps), per row, tokens/s and the rows per second over the
+1-row step's.
 ]]
 local cli = require("glm53.util.cli")
 local common = require("glm53.cli.common")
@@ -39,6 +44,8 @@ local M = {
         { "repeat", type = "integer", min = 1, default = 3, help = "runs (the best is reported)" },
         { "bandwidth", type = "number", gt = 0, help = "memory bandwidth, bytes/s (CUDA default: H200's 4.3e12)" },
         { "flops", type = "number", gt = 0, help = "dense BF16 peak, FLOP/s (CUDA default: H200's 7.9e14)" },
+        { "batch", type = "ids", metavar = "N[,N...]",
+          help = "also time decode steps of N sequences together (one row each), for each N" },
     }),
 }
 
@@ -124,7 +131,59 @@ function M.run(args)
                         ms(prefill_floor, 3), args.prompt / best_prefill, ratio(best_prefill, prefill_floor)))
     print(string.format("%-26s %12s %12s %12.1f %10s", "decode (per token)", ms(best_decode, 3), ms(decode_floor, 3),
                         1 / best_decode, ratio(best_decode, decode_floor)))
+    if args.batch and #args.batch > 0 then M.batched(args, ctx, prompt) end
     return true
+end
+
+-- Batched decode: for each N of --batch, the best mean time of a decode step over N sequences (one row each), after
+-- each sequence prefilled its own prompt (the first --prompt ids rotated by its index, so no two are equal). Only
+-- m:step is timed: the argmax that picks each row's next token is outside.
+function M.batched(args, ctx, prompt)
+    local ffi = require("ffi")
+    local clock = require("glm53.util.clock")
+    local m = ctx.m
+    local rows = {}
+    for _, n in ipairs(args.batch) do
+        if n < 1 then cli.usage_error("--batch: every N must be at least 1") end
+        local own = ffi.new("int32_t[?]", args.prompt)
+        local best = math.huge
+        for _ = 1, args["repeat"] do
+            local seqs, next_ids = {}, {}
+            local batch = m:batch({ rows = math.max(args.prompt, n), seqs = n })
+            for i = 1, n do
+                local seq, err = m:seq({ max_tokens = args.prompt + args.decode + 1, max_rollback = 1 })
+                if not seq then cli.fail(err) end
+                seqs[i] = seq
+                for j = 0, args.prompt - 1 do own[j] = prompt[(j + i - 1) % args.prompt] end
+                batch:clear()
+                batch:add(seq, own, "last", args.prompt)
+                local ok, err2 = m:step(batch)
+                if not ok then cli.fail(err2) end
+                next_ids[i] = { m:argmax(batch:logits(0), ctx.n_valid) }
+            end
+            local spent = 0
+            for _ = 1, args.decode do
+                batch:clear()
+                for i = 1, n do batch:add(seqs[i], next_ids[i]) end
+                local t0 = clock.now()
+                local ok, err = m:step(batch)
+                spent = spent + (clock.now() - t0)
+                if not ok then cli.fail(err) end
+                for i = 1, n do next_ids[i][1] = m:argmax(batch:logits(i - 1), ctx.n_valid) end
+            end
+            best = math.min(best, spent / args.decode)
+            for i = 1, n do seqs[i]:free() end
+        end
+        rows[#rows + 1] = { n = n, step = best }
+    end
+    local base = rows[1].n == 1 and rows[1].step or nil
+    print(string.format("batched decode after a %d-token prompt each (%d steps, best of %d):", args.prompt,
+                        args.decode, args["repeat"]))
+    print(string.format("%-10s %12s %12s %12s %14s", "rows", "step", "per row", "tok/s", "rows/s vs 1"))
+    for _, r in ipairs(rows) do
+        print(string.format("%-10d %9.3f ms %9.3f ms %12.0f %14s", r.n, r.step * 1e3, r.step / r.n * 1e3, r.n / r.step,
+                            base and string.format("%.2fx", r.n * base / r.step) or "n/a"))
+    end
 end
 
 return M
