@@ -17,7 +17,8 @@
 
 typedef struct cpu_backend {
     glm53_pool *pool;
-    bool        use_avx2;          /* matmul runs its AVX2+FMA build (set from cpuid; tests may clear it) */
+    bool        use_avx2;          /* the AVX2 builds run: matmul's with FMA, the others without (set from cpuid;
+                                    * tests may clear it) */
     float       fp8_table[256];    /* E4M3 code -> float, from glm53_fp8_e4m3_to_f32 */
 } cpu_backend;
 
@@ -121,6 +122,117 @@ CPU_INLINE void cpu_weight_row_to_f32(const glm53_tensor *w, const float *fp8_ta
     default: assert(!"weight dtype not decodable");
     }
 }
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Dot products of several rows against several weight rows at once (matmul's micro-kernel, mHC's projection)
+ */
+/* 8 consecutive weights of row r from column c of a block of weight rows, F32 or BF16 (widened exactly),
+ * `stride` elements apart. bf16 is a constant at every call. */
+CPU_INLINE v8f cpu_w8(const void *w, int64_t stride, const bool bf16, int64_t r, int64_t c) {
+    if (!bf16) return v8f_load((const float *)w + r * stride + c);
+    v8h h;
+    memcpy(&h, (const uint16_t *)w + r * stride + c, sizeof h);
+    v8u u = __builtin_convertvector(h, v8u) << 16;
+    v8f f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+CPU_INLINE float cpu_w1(const void *w, int64_t stride, const bool bf16, int64_t r, int64_t c) {
+    return bf16 ? glm53_bf16_to_f32(((const uint16_t *)w)[r * stride + c]) : ((const float *)w)[r * stride + c];
+}
+
+enum { CPU_DOT_MAX_NX = 6, CPU_DOT_MAX_NW = 8 };
+
+/* out[i * out_stride + j] += (x row i) . (w row j) over columns [0, k), for i < nx, j < nw (= instead of += when
+ * store is set): per pair, 8 lane accumulators (lane = column mod 8, from 0), v8f_sum, then the last k mod 8
+ * columns one by one - cpu_dot's arithmetic, so each pair's result is that of cpu_dot on its two rows, whatever nx
+ * and nw. x rows are x_stride floats apart. nx and nw are constants at every call: the loops unroll and the nx * nw accumulators stay in
+ * registers (nx * nw <= 12 leaves room for the operands in AVX2's 16). Built for a target with FMA, `a += x * w`
+ * contracts to fused multiply-adds (GNU C's -ffp-contract=fast), as cpu_dot does there. */
+CPU_INLINE void cpu_dot_tile(const float *x, int64_t x_stride, const void *w, int64_t w_stride, const bool bf16,
+                             int64_t k, const int nx, const int nw, float *out, int64_t out_stride, const bool store) {
+    v8f a[CPU_DOT_MAX_NX][CPU_DOT_MAX_NW];
+#pragma GCC unroll 8
+    for (int i = 0; i < nx; i++)
+#pragma GCC unroll 8
+        for (int j = 0; j < nw; j++) a[i][j] = v8f_splat(0.0f);
+    int64_t c = 0;
+    for (; c + 8 <= k; c += 8) {
+#pragma GCC unroll 8
+        for (int j = 0; j < nw; j++) {
+            v8f wv = cpu_w8(w, w_stride, bf16, j, c);
+#pragma GCC unroll 8
+            for (int i = 0; i < nx; i++) a[i][j] += v8f_load(x + i * x_stride + c) * wv;
+        }
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < nx; i++)
+#pragma GCC unroll 8
+        for (int j = 0; j < nw; j++) {
+            float s = v8f_sum(&a[i][j]);
+            for (int64_t t = c; t < k; t++) s += x[i * x_stride + t] * cpu_w1(w, w_stride, bf16, j, t);
+            if (store) out[i * out_stride + j] = s;
+            else out[i * out_stride + j] += s;
+        }
+}
+
+/* Weight rows per cpu_dot_tile call for nx x rows: enough independent accumulators to cover the add latency (8
+ * for one row), at most 12. */
+#define CPU_DOT_NW_FOR(nx) ((nx) == 1 ? 8 : (nx) <= 3 ? 4 : (nx) == 4 ? 3 : 2)
+
+/* cpu_dot_tile over nx x rows and all n weight rows: groups of CPU_DOT_NW_FOR(nx) weight rows, the rest one by
+ * one. */
+CPU_INLINE void cpu_dot_rows(const float *x, int64_t x_stride, const void *w, int64_t w_stride, const bool bf16,
+                             int64_t k, const int nx, int64_t n, float *out, int64_t out_stride, const bool store) {
+    const int nw = CPU_DOT_NW_FOR(nx);
+    const size_t row_bytes = (size_t)w_stride * (bf16 ? 2 : 4);
+    int64_t j = 0;
+    for (; j + nw <= n; j += nw)
+        cpu_dot_tile(x, x_stride, (const char *)w + j * row_bytes, w_stride, bf16, k, nx, nw, out + j, out_stride,
+                     store);
+    for (; j < n; j++)
+        cpu_dot_tile(x, x_stride, (const char *)w + j * row_bytes, w_stride, bf16, k, nx, 1, out + j, out_stride,
+                     store);
+}
+
+/* out[i * out_stride + j] += (or =, with store) (x row i) . (w row j) for i < m, j < n: the x rows in groups of up
+ * to CPU_DOT_MAX_NX. */
+CPU_INLINE void cpu_dot_block(const float *x, int64_t x_stride, int64_t m, const void *w, int64_t w_stride,
+                              const bool bf16, int64_t k, int64_t n, float *out, int64_t out_stride, const bool store) {
+    int64_t i = 0;
+    for (; i + CPU_DOT_MAX_NX <= m; i += CPU_DOT_MAX_NX)
+        cpu_dot_rows(x + i * x_stride, x_stride, w, w_stride, bf16, k, CPU_DOT_MAX_NX, n, out + i * out_stride,
+                     out_stride, store);
+    const float *xr = x + i * x_stride;
+    float *o = out + i * out_stride;
+    switch (m - i) {
+    case 5: cpu_dot_rows(xr, x_stride, w, w_stride, bf16, k, 5, n, o, out_stride, store); break;
+    case 4: cpu_dot_rows(xr, x_stride, w, w_stride, bf16, k, 4, n, o, out_stride, store); break;
+    case 3: cpu_dot_rows(xr, x_stride, w, w_stride, bf16, k, 3, n, o, out_stride, store); break;
+    case 2: cpu_dot_rows(xr, x_stride, w, w_stride, bf16, k, 2, n, o, out_stride, store); break;
+    case 1: cpu_dot_rows(xr, x_stride, w, w_stride, bf16, k, 1, n, o, out_stride, store); break;
+    default: break;
+    }
+}
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Two builds of a kernel: the baseline target and AVX2. The AVX2 build of the model ops leaves out FMA, so its
+ * arithmetic is the baseline's (8-lane vectors become one instruction instead of two; no operation is fused or
+ * reordered): results are bit for bit those of the baseline. matmul's AVX2 build adds FMA (linear.c).
+ */
+#if defined(__x86_64__)
+#define CPU_TWO_BUILDS(name, body)                                                                               \
+    static void name##_baseline(void *ctx, int64_t begin, int64_t end) { body(ctx, begin, end); }               \
+    __attribute__((target("avx2"))) static void name##_avx2(void *ctx, int64_t begin, int64_t end) {            \
+        body(ctx, begin, end);                                                                                   \
+    }
+#else
+#define CPU_TWO_BUILDS(name, body)                                                                               \
+    static void name##_baseline(void *ctx, int64_t begin, int64_t end) { body(ctx, begin, end); }               \
+    static void name##_avx2(void *ctx, int64_t begin, int64_t end) { body(ctx, begin, end); }
+#endif
+#define CPU_BUILD(be, name) (cpu_impl(be)->use_avx2 ? name##_avx2 : name##_baseline)
 
 /* True for the weight dtypes matmul and gather_rows decode; FP8 scales must be F32 with a block size. */
 bool cpu_weight_supported(const glm53_tensor *w);

@@ -18,19 +18,20 @@
 typedef struct conv_job {
     float       *y;   /* [T, C] */
     const float *x;   /* [T+K-1, C] */
-    const float *w;   /* [C, K] */
+    const void  *w;   /* [C, K], F32 or BF16 (read in place) or F16 (decoded into w32) */
+    glm53_dtype  w_dtype;
     int64_t      c, k;
 } conv_job;
 
 static void conv_range(void *ctx, int64_t begin, int64_t end) {
     const conv_job *job = ctx;
     const int64_t C = job->c, K = job->k;
+    const bool bf16 = job->w_dtype == GLM53_BF16;
     for (int64_t item = begin; item < end; item++) {
         int64_t t = item / C, c = item % C;
-        const float *w = job->w + c * K;
         const float *x = job->x + t * C + c;
         float acc = 0.0f;
-        for (int64_t i = 0; i < K; i++) acc += w[i] * x[i * C];
+        for (int64_t i = 0; i < K; i++) acc += cpu_w1(job->w, K, bf16, c, i) * x[i * C];
         job->y[item] = acc;
     }
 }
@@ -43,13 +44,18 @@ glm53_status cpu_conv1d_causal(glm53_backend *be, glm53_tensor *y, const glm53_t
     assert(K >= 1 && glm53_tensor_rows(w) == C);
     assert(cpu_cols(x) == C && glm53_tensor_rows(x) == T + K - 1);
 
-    glm53_status st;
-    bool w_owned;
-    const float *w32 = cpu_param_f32(w, &w_owned, &st);
-    if (st != GLM53_OK) return st;
-    conv_job job = {.y = y->data, .x = x->data, .w = w32, .c = C, .k = K};
+    conv_job job = {.y = y->data, .x = x->data, .w = w->data, .w_dtype = (glm53_dtype)w->dtype, .c = C, .k = K};
+    float *w32 = NULL;
+    if (w->dtype != GLM53_F32 && w->dtype != GLM53_BF16) {   /* F16 (or an unsupported dtype: the error) */
+        glm53_status st;
+        bool owned;
+        const float *p = cpu_param_f32(w, &owned, &st);
+        if (st != GLM53_OK) return st;
+        w32 = (float *)p;
+        job.w = p, job.w_dtype = GLM53_F32;
+    }
     cpu_parallel_for(be, T * C, 2 * K, conv_range, &job);
-    if (w_owned) free((void *)w32);
+    free(w32);
     return GLM53_OK;
 }
 
@@ -84,43 +90,66 @@ typedef struct {
     float *states;          /* [ring, H, dk, dv] */
     const int32_t *slots;   /* [T + 1]: the slot read, then the slot written after each row (-1: none) */
     int64_t T, H, dk, dv;
+    float *scratch;         /* [H, dk, dv]: the state after a row whose slot is -1 (prefill only), or NULL */
 } kda_ctx;
 
-/* One head per item: its state [dk, dv] evolves over the T rows in a private copy, read from the slot the
- * sequence's length is in and written to the slots of the lengths the ring keeps. */
-static void kda_heads(void *vctx, int64_t begin, int64_t end) {
+/* One row of the recurrence for one head: S_out = the state after the row, from S_in (they may be the same
+ * memory: each element is read before it is written). The plain formula's five passes over the state fused into
+ * two, with every element's operations in the formula's order:
+ *   pass 1, per state row i in order:  S[i] = S_in[i] * exp(g[i]);  u += S[i] * k[i]
+ *   then                                u = beta * (v - u)
+ *   pass 2, per state row i in order:  S[i] += k[i] * u;  o += S[i] * q[i]
+ * Vectorised over the dv columns (8 at a time), which keeps each column's arithmetic. */
+CPU_INLINE void kda_row(float *S_out, const float *S_in, const float *q, const float *k, const float *v,
+                        const float *g, float b, float *o, int64_t dk, int64_t dv) {
+    enum { MAX_DV = 256 };
+    float u[MAX_DV];
+    int64_t j8 = dv / 8 * 8;
+    for (int64_t j = 0; j < dv; j++) u[j] = 0.0f;
+    for (int64_t i = 0; i < dk; i++) {
+        const float decay = expf(g[i]), ki = k[i];
+        const float *src = S_in + i * dv;
+        float *dst = S_out + i * dv;
+        for (int64_t j = 0; j < j8; j += 8) {
+            v8f sv = v8f_load(src + j) * decay, uv = v8f_load(u + j) + sv * ki;
+            memcpy(dst + j, &sv, sizeof sv);
+            memcpy(u + j, &uv, sizeof uv);
+        }
+        for (int64_t j = j8; j < dv; j++) u[j] += (dst[j] = src[j] * decay) * ki;
+    }
+    for (int64_t j = 0; j < dv; j++) u[j] = b * (v[j] - u[j]);
+    for (int64_t j = 0; j < dv; j++) o[j] = 0.0f;
+    for (int64_t i = 0; i < dk; i++) {
+        const float ki = k[i], qi = q[i];
+        float *row = S_out + i * dv;
+        for (int64_t j = 0; j < j8; j += 8) {
+            v8f sv = v8f_load(row + j) + ki * v8f_load(u + j), ov = v8f_load(o + j) + sv * qi;
+            memcpy(row + j, &sv, sizeof sv);
+            memcpy(o + j, &ov, sizeof ov);
+        }
+        for (int64_t j = j8; j < dv; j++) o[j] += (row[j] += ki * u[j]) * qi;
+    }
+}
+
+/* One head per item: its state evolves over the T rows, read from the slot the sequence's length is in and
+ * written to the slots of the lengths the ring keeps (in place when a step writes every row's state, as decode
+ * does; through the scratch otherwise). */
+CPU_INLINE void kda_heads(void *vctx, int64_t begin, int64_t end) {
     const kda_ctx *c = vctx;
-    int64_t H = c->H, dk = c->dk, dv = c->dv;
-    float *S = malloc((size_t)(dk * dv + dv) * sizeof(float));
-    float *u = S + dk * dv;
-    if (!S) return;   /* cannot happen in practice; the caller pre-checks a small allocation */
+    int64_t H = c->H, dk = c->dk, dv = c->dv, slot_size = H * dk * dv;
     for (int64_t h = begin; h < end; h++) {
-        int64_t slot_size = c->H * dk * dv;
-        memcpy(S, c->states + c->slots[0] * slot_size + h * dk * dv, (size_t)(dk * dv) * sizeof(float));
+        const float *cur = c->states + c->slots[0] * slot_size + h * dk * dv;
         for (int64_t t = 0; t < c->T; t++) {
-            const float *q = c->q + (t * H + h) * dk, *k = c->k + (t * H + h) * dk;
-            const float *v = c->v + (t * H + h) * dv, *g = c->g + (t * H + h) * dk;
-            float b = c->beta[t * H + h];
-            for (int64_t i = 0; i < dk; i++) {
-                float decay = expf(g[i]);
-                for (int64_t j = 0; j < dv; j++) S[i * dv + j] *= decay;
-            }
-            for (int64_t j = 0; j < dv; j++) u[j] = 0.0f;
-            for (int64_t i = 0; i < dk; i++)
-                for (int64_t j = 0; j < dv; j++) u[j] += S[i * dv + j] * k[i];
-            for (int64_t j = 0; j < dv; j++) u[j] = b * (v[j] - u[j]);
-            for (int64_t i = 0; i < dk; i++)
-                for (int64_t j = 0; j < dv; j++) S[i * dv + j] += k[i] * u[j];
-            float *o = c->o + (t * H + h) * dv;
-            for (int64_t j = 0; j < dv; j++) o[j] = 0.0f;
-            for (int64_t i = 0; i < dk; i++)
-                for (int64_t j = 0; j < dv; j++) o[j] += S[i * dv + j] * q[i];
-            if (c->slots[1 + t] >= 0)
-                memcpy(c->states + c->slots[1 + t] * slot_size + h * dk * dv, S, (size_t)(dk * dv) * sizeof(float));
+            float *next = c->slots[1 + t] >= 0 ? c->states + c->slots[1 + t] * slot_size + h * dk * dv
+                                               : c->scratch + h * dk * dv;
+            kda_row(next, cur, c->q + (t * H + h) * dk, c->k + (t * H + h) * dk, c->v + (t * H + h) * dv,
+                    c->g + (t * H + h) * dk, c->beta[t * H + h], c->o + (t * H + h) * dv, dk, dv);
+            cur = next;
         }
     }
-    free(S);
 }
+
+CPU_TWO_BUILDS(kda_run, kda_heads)
 
 glm53_status cpu_kda_recurrent(glm53_backend *be, glm53_tensor *o, const glm53_tensor *q, const glm53_tensor *k,
                                const glm53_tensor *v, const glm53_tensor *g, const glm53_tensor *beta,
@@ -130,13 +159,20 @@ glm53_status cpu_kda_recurrent(glm53_backend *be, glm53_tensor *o, const glm53_t
            cpu_is_f32(beta) && cpu_is_f32(states));
     assert(states->ndim == 4 && states->shape[1] == H && states->shape[2] == dk && states->shape[3] == dv);
     assert(slots->dtype == GLM53_I32 && glm53_tensor_numel(slots) == T + 1);
+    if (dv > 256) return GLM53_FAIL(GLM53_ERR_UNSUPPORTED, "kda_recurrent: head value width %lld > 256", (long long)dv);
     const int32_t *sl = slots->data;
-    for (int64_t t = 0; t <= T; t++) assert(sl[t] < states->shape[0] && (t == 0 || t < T || sl[t] >= 0));
-    void *probe = malloc((size_t)(dk * dv + dv) * sizeof(float));
-    if (!probe) return GLM53_FAIL(GLM53_ERR_OUT_OF_MEMORY, "kda_recurrent: no memory for the state");
-    free(probe);
-    kda_ctx c = {o->data, q->data, k->data, v->data, g->data, beta->data, states->data, sl, T, H, dk, dv};
-    cpu_parallel_for(be, H, T * dk * dv * 4, kda_heads, &c);
+    bool all_kept = true;
+    for (int64_t t = 0; t <= T; t++) {
+        assert(sl[t] < states->shape[0] && (t == 0 || t < T || sl[t] >= 0));
+        if (t > 0 && sl[t] < 0) all_kept = false;
+    }
+    float *scratch = NULL;
+    if (!all_kept) {
+        scratch = malloc((size_t)(H * dk * dv) * sizeof(float));
+        if (!scratch) return GLM53_FAIL(GLM53_ERR_OUT_OF_MEMORY, "kda_recurrent: no memory for the state");
+    }
+    kda_ctx c = {o->data, q->data, k->data, v->data, g->data, beta->data, states->data, sl, T, H, dk, dv, scratch};
+    cpu_parallel_for(be, H, T * dk * dv * 4, CPU_BUILD(be, kda_run), &c);
+    free(scratch);
     return GLM53_OK;
 }
-

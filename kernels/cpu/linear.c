@@ -1,18 +1,35 @@
 /*
- * ops_linear.c - matmul y[M,N] = x[M,K] * w[N,K]^T over F32, BF16, F16 and block-scaled FP8 weights.
+ * linear.c - matmul y[M,N] = x[M,K] * w[N,K]^T over F32, BF16, F16 and block-scaled FP8 weights.
  *
  * The output is cut into tiles of MATMUL_TILE_M rows of x by MATMUL_TILE_N rows of w; threads take contiguous
- * runs of tiles. With M <= MATMUL_TILE_M (decode, M = 1, the hot case) there is one tile row, so the split is
- * over output columns N and every weight byte is read once. With large M, a thread's tiles share one block of
- * x, which stays in cache while the weights stream by.
+ * runs of tiles. With M <= MATMUL_TILE_M (decode, a batch of decode rows: the hot case) there is one tile row, so
+ * the split is over output columns N and every weight byte is read once per step, whatever the batch size. With
+ * large M, a thread's tiles share one block of x, which stays in cache while the weights stream by.
  *
- * Inside a tile, K is walked in blocks of MATMUL_BLOCK_K columns: the tile's weight rows are decoded once into
- * a float scratch on the stack, then every x row of the tile is dotted with them, four weight rows at a time so
- * each x load feeds four independent 8-lane accumulators. Partial sums per K block are added in F32.
+ * Inside a tile, K is walked in blocks of MATMUL_BLOCK_K columns. F32 and BF16 weights are read where they lie
+ * (BF16 widened to F32 in registers, which is exact); F16 and FP8 rows are first decoded into a float scratch for
+ * the block. A micro-kernel (cpu_dot_tile, cpu_ops.h) then takes up to 6 rows of x against up to 8 rows of w at
+ * once, so one weight load (and its widening) feeds several rows and one x load several weight rows: that reuse is
+ * what makes a 16-row decode step cost far less than 16 one-row steps.
  *
- * The tile loop is compiled twice, for the baseline target and for AVX2+FMA, chosen at backend creation.
+ * The arithmetic of every output element is fixed, whatever M, NX, NW, the tile or the thread: per K block, 8
+ * lane accumulators over the block's columns (lane = column mod 8, starting from 0), summed by v8f_sum, then the
+ * block's last kb mod 8 columns added one by one, and the block sums added into the element in block order. So a
+ * row's result does not depend on what else is in the batch (batch invariance, tests/c/test_cpu_ops.c), and it is
+ * the result of the one-row-at-a-time kernel this replaced, bit for bit.
+ *
+ * The tile loop is compiled twice, for the baseline target and for AVX2+FMA, chosen at backend creation. In the
+ * FMA build `acc += x * w` contracts to one fused multiply-add (GNU C's default -ffp-contract=fast), in the
+ * baseline it is a multiply and an add: the two builds differ in rounding, each is deterministic.
  */
 #include "kernels/cpu/cpu_ops.h"
+#include <stdio.h>
+#include <time.h>
+static struct { int64_t m, k, n, calls; double t; } prof[256]; static int nprof;
+static double nowp(void) { struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts); return ts.tv_sec + 1e-9 * ts.tv_nsec; }
+__attribute__((destructor)) static void dumpprof(void) { if (!getenv("MMPROF")) return; double tot = 0; for (int i = 0; i < nprof; i++) tot += prof[i].t;
+  for (int i = 0; i < nprof; i++) if (prof[i].t > tot * 0.01) fprintf(stderr, "M=%3lld K=%4lld N=%4lld calls %8lld  %8.1f ms  %5.1f us/call %5.1f GFLOP/s\n", (long long)prof[i].m, (long long)prof[i].k, (long long)prof[i].n, (long long)prof[i].calls, prof[i].t*1e3, prof[i].t/prof[i].calls*1e6, 2.0*prof[i].m*prof[i].k*prof[i].n*prof[i].calls/prof[i].t*1e-9);
+  fprintf(stderr, "total %.1f ms\n", tot*1e3); }
 
 enum {
     MATMUL_TILE_M = 32,
@@ -29,31 +46,11 @@ typedef struct matmul_job {
     int64_t             n_tiles_n;   /* tiles along N; tile t covers tile row t / n_tiles_n */
 } matmul_job;
 
-/* sums[j] = x[0..k) . w_j[0..k) for the four rows w_j = w + j * w_stride. */
-CPU_INLINE void dot4(const float *x, const float *w, int64_t w_stride, int64_t k, float sums[4]) {
-    const float *w0 = w, *w1 = w + w_stride, *w2 = w + 2 * w_stride, *w3 = w + 3 * w_stride;
-    v8f a0 = v8f_splat(0.0f), a1 = a0, a2 = a0, a3 = a0;
-    int64_t i = 0;
-    for (; i + 8 <= k; i += 8) {
-        v8f xv = v8f_load(x + i);
-        a0 += xv * v8f_load(w0 + i);
-        a1 += xv * v8f_load(w1 + i);
-        a2 += xv * v8f_load(w2 + i);
-        a3 += xv * v8f_load(w3 + i);
-    }
-    float s0 = v8f_sum(&a0), s1 = v8f_sum(&a1), s2 = v8f_sum(&a2), s3 = v8f_sum(&a3);
-    for (; i < k; i++) {
-        s0 += x[i] * w0[i];
-        s1 += x[i] * w1[i];
-        s2 += x[i] * w2[i];
-        s3 += x[i] * w3[i];
-    }
-    sums[0] = s0, sums[1] = s1, sums[2] = s2, sums[3] = s3;
-}
-
 CPU_INLINE void matmul_tiles(void *ctx, int64_t tile_begin, int64_t tile_end) {
     const matmul_job *job = ctx;
+    const glm53_tensor *w = job->w;
     const int64_t K = job->k, N = job->n;
+    const bool in_place = w->dtype == GLM53_F32 || w->dtype == GLM53_BF16, bf16 = w->dtype == GLM53_BF16;
     float w_block[MATMUL_TILE_N * MATMUL_BLOCK_K] __attribute__((aligned(64)));   /* [TILE_N, BLOCK_K] */
     float acc[MATMUL_TILE_M * MATMUL_TILE_N];                                       /* [TILE_M, TILE_N] */
 
@@ -62,22 +59,30 @@ CPU_INLINE void matmul_tiles(void *ctx, int64_t tile_begin, int64_t tile_end) {
         int64_t tm = job->m - m0 < MATMUL_TILE_M ? job->m - m0 : MATMUL_TILE_M;
         int64_t tn = N - n0 < MATMUL_TILE_N ? N - n0 : MATMUL_TILE_N;
         memset(acc, 0, sizeof acc);
+        if (in_place && tile + 1 < tile_end) {
+            /* The next tile's weight rows, toward L2 while this tile computes: its first loads would otherwise wait
+             * out the cache-miss latency of every row (the weights of a small model live in L3, read once). */
+            int64_t n1 = (tile + 1) % job->n_tiles_n * MATMUL_TILE_N, tn1 = N - n1 < MATMUL_TILE_N ? N - n1 : MATMUL_TILE_N;
+            const char *first = (const char *)w->data + n1 * w->stride[0] * (bf16 ? 2 : 4);
+            size_t bytes = (size_t)(tn1 * w->stride[0]) * (bf16 ? 2 : 4);
+            for (size_t b = 0; b < bytes; b += 64) __builtin_prefetch(first + b, 0, 2);
+        }
 
         for (int64_t k0 = 0; k0 < K; k0 += MATMUL_BLOCK_K) {
             int64_t kb = K - k0 < MATMUL_BLOCK_K ? K - k0 : MATMUL_BLOCK_K;
-            for (int64_t r = 0; r < tn; r++)
-                cpu_weight_row_to_f32(job->w, job->fp8_table, n0 + r, k0, kb, w_block + r * MATMUL_BLOCK_K);
-
-            for (int64_t i = 0; i < tm; i++) {
-                const float *x_row = job->x + (m0 + i) * K + k0;
-                float *acc_row = acc + i * MATMUL_TILE_N;
-                int64_t r = 0;
-                for (; r + 4 <= tn; r += 4) {
-                    float sums[4];
-                    dot4(x_row, w_block + r * MATMUL_BLOCK_K, MATMUL_BLOCK_K, kb, sums);
-                    for (int j = 0; j < 4; j++) acc_row[r + j] += sums[j];
-                }
-                for (; r < tn; r++) acc_row[r] += cpu_dot(x_row, w_block + r * MATMUL_BLOCK_K, kb);
+            const float *x_block = job->x + m0 * K + k0;
+            if (in_place) {
+                int64_t offset = n0 * w->stride[0] + k0;
+                if (bf16)
+                    cpu_dot_block(x_block, K, tm, (const uint16_t *)w->data + offset, w->stride[0], true, kb, tn, acc,
+                                  MATMUL_TILE_N, false);
+                else
+                    cpu_dot_block(x_block, K, tm, (const float *)w->data + offset, w->stride[0], false, kb, tn, acc,
+                                  MATMUL_TILE_N, false);
+            } else {
+                for (int64_t r = 0; r < tn; r++)
+                    cpu_weight_row_to_f32(w, job->fp8_table, n0 + r, k0, kb, w_block + r * MATMUL_BLOCK_K);
+                cpu_dot_block(x_block, K, tm, w_block, MATMUL_BLOCK_K, false, kb, tn, acc, MATMUL_TILE_N, false);
             }
         }
 
@@ -115,6 +120,10 @@ glm53_status cpu_matmul(glm53_backend *be, glm53_tensor *y, const glm53_tensor *
     };
     int64_t n_tiles = (M + MATMUL_TILE_M - 1) / MATMUL_TILE_M * job.n_tiles_n;
     int64_t tile_flops = 2 * (M < MATMUL_TILE_M ? M : MATMUL_TILE_M) * MATMUL_TILE_N * K;
+    double t0 = nowp();
     cpu_parallel_for(be, n_tiles, tile_flops, impl->use_avx2 ? matmul_tiles_avx2 : matmul_tiles_baseline, &job);
+    double t1 = nowp(); int i = 0; for (; i < nprof; i++) if (prof[i].m == M && prof[i].k == K && prof[i].n == N) break;
+    if (i == nprof && nprof < 256) { nprof++; prof[i].m = M; prof[i].k = K; prof[i].n = N; }
+    if (i < 256) { prof[i].calls++; prof[i].t += t1 - t0; }
     return GLM53_OK;
 }
