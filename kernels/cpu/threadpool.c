@@ -1,15 +1,18 @@
 /*
- * threadpool.c - persistent workers driven by a generation counter.
+ * threadpool.c - persistent workers that claim chunks of a run.
  *
- * A run publishes (fn, ctx, n_items, n_active) under the mutex, bumps `generation` and wakes every worker.
- * Each worker remembers the last generation it served, so a spurious wake-up or a late one can never run a job
- * twice or miss one. Worker i (1..n-1) takes range i of n_active ranges; workers with i >= n_active only
- * report back. The caller takes range 0, then waits until `pending` (workers not yet done) drops to zero.
+ * A run cuts [0, n_items) into chunks (a few per thread) and publishes itself in one 64-bit word: the run's
+ * generation in the high half, the next unclaimed chunk in the low half. Every participant - the caller and
+ * whichever workers are awake - claims chunks by compare-and-swap on that word until none is left, and counts the
+ * chunks it finished; the caller returns when all are finished. So a run never waits for a thread that has not
+ * started yet: on a machine with more busy threads than cores (the server's event loop beside a step, two
+ * vCPUs), a worker the scheduler has put aside simply claims nothing, and the caller does its share. A worker
+ * that saw an old generation cannot claim a chunk of a new run (the compare-and-swap checks the generation), so
+ * it never calls a run's function with another run's arguments.
  *
- * No spinning: on a machine whose cores are oversubscribed (CI's and this project's 2-vCPU machines, where two
- * busy threads get about one core's time between them, measured), a worker polling for work steals the time the
- * caller needs and made an empty run cost 400 us instead of 10. Sleeping workers cost a wake-up per run, so the
- * backend hands the pool only ops big enough to pay for it (cpu_backend.c, CPU_PARALLEL_MIN_COST).
+ * Between runs a worker spins for POOL_SPIN_US (ops of a step come microseconds apart, and a futex wake-up costs
+ * tens of them), yielding the core when someone else wants it, then sleeps on a condition variable; the caller
+ * signals only when some worker sleeps. An idle pool costs nothing after the spin.
  */
 #define _GNU_SOURCE   /* sched_getaffinity, CPU_COUNT */
 #include "kernels/cpu/threadpool.h"
@@ -19,70 +22,107 @@
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
+
+enum {
+    POOL_SPIN_US = 200,          /* a worker's wait for the next run before it sleeps */
+    POOL_CHUNKS_PER_THREAD = 4,  /* enough to even out uneven items and a late thread (test_cpu_ops knows the 4) */
+};
 
 typedef struct pool_worker {
     glm53_pool *pool;
-    int32_t     index;      /* 1..n_threads-1; range 0 belongs to the caller */
     pthread_t   thread;
 } pool_worker;
 
 struct glm53_pool {
     int32_t         n_threads;
     pool_worker    *workers;     /* [n_threads - 1] */
-    pthread_mutex_t mutex;
-    pthread_cond_t  work_ready;  /* generation changed (or stop) */
-    pthread_cond_t  work_done;   /* pending reached zero */
-    uint64_t        generation;
-    int32_t         pending;
-    bool            stop;
-    /* the current job, valid while pending > 0 */
+    /* The current run. The fields are written by the caller before it publishes the run in `claim`, and read by
+     * workers after they saw that generation there; a claim succeeds only while the generation is unchanged. */
+    uint64_t        claim;       /* generation << 32 | next chunk */
+    int64_t         done;        /* chunks finished in this run */
     glm53_pool_fn   fn;
     void           *ctx;
     int64_t         n_items;
-    int32_t         n_active;
+    int64_t         n_chunks;
+    /* Sleeping */
+    pthread_mutex_t mutex;
+    pthread_cond_t  wake;
+    int32_t         n_sleeping;
+    bool            stop;
 };
 
-/* Range `part` of `n_parts` near-equal contiguous ranges of [0, n). */
-static void pool_range(int64_t n, int32_t n_parts, int32_t part, int64_t *begin, int64_t *end) {
-    *begin = n * part / n_parts;
-    *end = n * (part + 1) / n_parts;
+#define LOAD(p) __atomic_load_n(p, __ATOMIC_SEQ_CST)
+#define STORE(p, v) __atomic_store_n(p, v, __ATOMIC_SEQ_CST)
+#define LOAD_RELAXED(p) __atomic_load_n(p, __ATOMIC_RELAXED)
+#define STORE_RELAXED(p, v) __atomic_store_n(p, v, __ATOMIC_RELAXED)
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+static int64_t now_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* Claims and runs chunks of the run of generation gen until none is left (or a newer run replaced it). */
+static void pool_work(glm53_pool *pool, uint32_t gen) {
+    glm53_pool_fn fn = LOAD_RELAXED(&pool->fn);
+    void *ctx = LOAD_RELAXED(&pool->ctx);
+    int64_t n_items = LOAD_RELAXED(&pool->n_items), n_chunks = LOAD_RELAXED(&pool->n_chunks);
+    uint64_t word = LOAD(&pool->claim);
+    for (;;) {
+        if ((uint32_t)(word >> 32) != gen || (int64_t)(uint32_t)word >= n_chunks) return;
+        if (!__atomic_compare_exchange_n(&pool->claim, &word, word + 1, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+            continue;   /* word now holds the current value */
+        int64_t chunk = (int64_t)(uint32_t)word;
+        int64_t begin = n_items * chunk / n_chunks, end = n_items * (chunk + 1) / n_chunks;
+        if (begin < end) fn(ctx, begin, end);
+        __atomic_add_fetch(&pool->done, 1, __ATOMIC_SEQ_CST);
+        word++;
+    }
 }
 
 static void *pool_worker_main(void *arg) {
     pool_worker *w = arg;
     glm53_pool *pool = w->pool;
-    uint64_t served = 0;
+    uint32_t seen = 0;
     for (;;) {
-        pthread_mutex_lock(&pool->mutex);
-        while (pool->generation == served && !pool->stop) pthread_cond_wait(&pool->work_ready, &pool->mutex);
-        if (pool->stop) {
-            pthread_mutex_unlock(&pool->mutex);
-            return NULL;
+        /* Wait for a generation other than the one served: spin a while, then sleep. */
+        uint64_t word = LOAD(&pool->claim);
+        int64_t spin_until = now_us() + POOL_SPIN_US;
+        for (int i = 1; (uint32_t)(word >> 32) == seen && !LOAD(&pool->stop); i++) {
+            cpu_relax();
+            if (i % 64 == 0) {
+                if (now_us() > spin_until) {
+                    pthread_mutex_lock(&pool->mutex);
+                    __atomic_add_fetch(&pool->n_sleeping, 1, __ATOMIC_SEQ_CST);
+                    while ((uint32_t)(LOAD(&pool->claim) >> 32) == seen && !LOAD(&pool->stop))
+                        pthread_cond_wait(&pool->wake, &pool->mutex);
+                    __atomic_sub_fetch(&pool->n_sleeping, 1, __ATOMIC_SEQ_CST);
+                    pthread_mutex_unlock(&pool->mutex);
+                    spin_until = now_us() + POOL_SPIN_US;
+                } else {
+                    sched_yield();   /* nobody else wants this core: returns at once */
+                }
+            }
+            word = LOAD(&pool->claim);
         }
-        served = pool->generation;
-        glm53_pool_fn fn = pool->fn;
-        void *ctx = pool->ctx;
-        int64_t n_items = pool->n_items;
-        int32_t n_active = pool->n_active;
-        pthread_mutex_unlock(&pool->mutex);
-
-        if (w->index < n_active) {
-            int64_t begin, end;
-            pool_range(n_items, n_active, w->index, &begin, &end);
-            if (begin < end) fn(ctx, begin, end);
-        }
-
-        pthread_mutex_lock(&pool->mutex);
-        if (--pool->pending == 0) pthread_cond_signal(&pool->work_done);
-        pthread_mutex_unlock(&pool->mutex);
+        if (LOAD(&pool->stop)) return NULL;
+        seen = (uint32_t)(word >> 32);
+        pool_work(pool, seen);
     }
 }
 
 static void pool_stop_workers(glm53_pool *pool, int32_t n_started) {
     pthread_mutex_lock(&pool->mutex);
-    pool->stop = true;
-    pthread_cond_broadcast(&pool->work_ready);
+    STORE(&pool->stop, true);
+    pthread_cond_broadcast(&pool->wake);
     pthread_mutex_unlock(&pool->mutex);
     for (int32_t i = 0; i < n_started; i++) pthread_join(pool->workers[i].thread, NULL);
 }
@@ -137,11 +177,9 @@ glm53_status glm53_pool_create(int32_t n_threads, glm53_pool **out) {
         }
     }
     pthread_mutex_init(&pool->mutex, NULL);
-    pthread_cond_init(&pool->work_ready, NULL);
-    pthread_cond_init(&pool->work_done, NULL);
+    pthread_cond_init(&pool->wake, NULL);
     for (int32_t i = 0; i < n_threads - 1; i++) {
         pool->workers[i].pool = pool;
-        pool->workers[i].index = i + 1;
         int rc = pthread_create(&pool->workers[i].thread, NULL, pool_worker_main, &pool->workers[i]);
         if (rc != 0) {
             pool_stop_workers(pool, i);
@@ -158,8 +196,7 @@ glm53_status glm53_pool_create(int32_t n_threads, glm53_pool **out) {
 void glm53_pool_free(glm53_pool *pool) {
     if (!pool) return;
     if (pool->n_threads > 1) pool_stop_workers(pool, pool->n_threads - 1);
-    pthread_cond_destroy(&pool->work_done);
-    pthread_cond_destroy(&pool->work_ready);
+    pthread_cond_destroy(&pool->wake);
     pthread_mutex_destroy(&pool->mutex);
     free(pool->workers);
     free(pool);
@@ -173,23 +210,26 @@ void glm53_pool_run(glm53_pool *pool, int64_t n_items, glm53_pool_fn fn, void *c
         fn(ctx, 0, n_items);
         return;
     }
-    int32_t n_active = n_items < pool->n_threads ? (int32_t)n_items : pool->n_threads;
+    int64_t n_chunks = (int64_t)pool->n_threads * POOL_CHUNKS_PER_THREAD;
+    if (n_chunks > n_items) n_chunks = n_items;
 
-    pthread_mutex_lock(&pool->mutex);
-    pool->fn = fn;
-    pool->ctx = ctx;
-    pool->n_items = n_items;
-    pool->n_active = n_active;
-    pool->pending = pool->n_threads - 1;
-    pool->generation++;
-    pthread_cond_broadcast(&pool->work_ready);
-    pthread_mutex_unlock(&pool->mutex);
+    STORE_RELAXED(&pool->fn, fn);
+    STORE_RELAXED(&pool->ctx, ctx);
+    STORE_RELAXED(&pool->n_items, n_items);
+    STORE_RELAXED(&pool->n_chunks, n_chunks);
+    STORE(&pool->done, 0);
+    uint32_t gen = (uint32_t)(LOAD(&pool->claim) >> 32) + 1;
+    STORE(&pool->claim, (uint64_t)gen << 32);   /* publishes the run */
+    if (LOAD(&pool->n_sleeping) > 0) {
+        pthread_mutex_lock(&pool->mutex);
+        pthread_cond_broadcast(&pool->wake);
+        pthread_mutex_unlock(&pool->mutex);
+    }
 
-    int64_t begin, end;
-    pool_range(n_items, n_active, 0, &begin, &end);
-    fn(ctx, begin, end);
-
-    pthread_mutex_lock(&pool->mutex);
-    while (pool->pending > 0) pthread_cond_wait(&pool->work_done, &pool->mutex);
-    pthread_mutex_unlock(&pool->mutex);
+    pool_work(pool, gen);
+    /* Chunks claimed by workers and still running: wait for them (yielding, in case one waits for this core). */
+    for (int i = 1; LOAD(&pool->done) < n_chunks; i++) {
+        cpu_relax();
+        if (i % 64 == 0) sched_yield();
+    }
 }

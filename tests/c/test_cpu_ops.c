@@ -201,7 +201,7 @@ static void pool_probe_fn(void *ctx, int64_t begin, int64_t end) {
 }
 
 static void test_threadpool(void) {
-    TEST_CASE("thread pool: every item exactly once, contiguous ranges") {
+    TEST_CASE("thread pool: every item exactly once, in at most a few ranges per thread") {
         static const int64_t counts[] = {0, 1, 2, 3, 7, 1000};
         for (int32_t threads = 1; threads <= 4; threads++) {
             glm53_pool *pool;
@@ -217,7 +217,7 @@ static void test_threadpool(void) {
                     glm53_pool_run(pool, n, pool_probe_fn, &probe);
                     int wrong = 0;
                     for (int64_t i = 0; i < n; i++) wrong += atomic_load(&hits[i]) != 1;
-                    int calls = atomic_load(&probe.calls), max_calls = n < threads ? (int)n : threads;
+                    int calls = atomic_load(&probe.calls), max_calls = n < 4 * threads ? (int)n : 4 * threads;
                     if (wrong || calls > max_calls)
                         CHECK(0, "threads %d, n %lld: %d items not hit once, %d calls", threads, (long long)n,
                               wrong, calls);
