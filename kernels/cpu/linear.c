@@ -23,13 +23,6 @@
  * baseline it is a multiply and an add: the two builds differ in rounding, each is deterministic.
  */
 #include "kernels/cpu/cpu_ops.h"
-#include <stdio.h>
-#include <time.h>
-static struct { int64_t m, k, n, calls; double t; } prof[256]; static int nprof;
-static double nowp(void) { struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts); return ts.tv_sec + 1e-9 * ts.tv_nsec; }
-__attribute__((destructor)) static void dumpprof(void) { if (!getenv("MMPROF")) return; double tot = 0; for (int i = 0; i < nprof; i++) tot += prof[i].t;
-  for (int i = 0; i < nprof; i++) if (prof[i].t > tot * 0.01) fprintf(stderr, "M=%3lld K=%4lld N=%4lld calls %8lld  %8.1f ms  %5.1f us/call %5.1f GFLOP/s\n", (long long)prof[i].m, (long long)prof[i].k, (long long)prof[i].n, (long long)prof[i].calls, prof[i].t*1e3, prof[i].t/prof[i].calls*1e6, 2.0*prof[i].m*prof[i].k*prof[i].n*prof[i].calls/prof[i].t*1e-9);
-  fprintf(stderr, "total %.1f ms\n", tot*1e3); }
 
 enum {
     MATMUL_TILE_M = 32,
@@ -59,14 +52,6 @@ CPU_INLINE void matmul_tiles(void *ctx, int64_t tile_begin, int64_t tile_end) {
         int64_t tm = job->m - m0 < MATMUL_TILE_M ? job->m - m0 : MATMUL_TILE_M;
         int64_t tn = N - n0 < MATMUL_TILE_N ? N - n0 : MATMUL_TILE_N;
         memset(acc, 0, sizeof acc);
-        if (in_place && tile + 1 < tile_end) {
-            /* The next tile's weight rows, toward L2 while this tile computes: its first loads would otherwise wait
-             * out the cache-miss latency of every row (the weights of a small model live in L3, read once). */
-            int64_t n1 = (tile + 1) % job->n_tiles_n * MATMUL_TILE_N, tn1 = N - n1 < MATMUL_TILE_N ? N - n1 : MATMUL_TILE_N;
-            const char *first = (const char *)w->data + n1 * w->stride[0] * (bf16 ? 2 : 4);
-            size_t bytes = (size_t)(tn1 * w->stride[0]) * (bf16 ? 2 : 4);
-            for (size_t b = 0; b < bytes; b += 64) __builtin_prefetch(first + b, 0, 2);
-        }
 
         for (int64_t k0 = 0; k0 < K; k0 += MATMUL_BLOCK_K) {
             int64_t kb = K - k0 < MATMUL_BLOCK_K ? K - k0 : MATMUL_BLOCK_K;
@@ -120,10 +105,6 @@ glm53_status cpu_matmul(glm53_backend *be, glm53_tensor *y, const glm53_tensor *
     };
     int64_t n_tiles = (M + MATMUL_TILE_M - 1) / MATMUL_TILE_M * job.n_tiles_n;
     int64_t tile_flops = 2 * (M < MATMUL_TILE_M ? M : MATMUL_TILE_M) * MATMUL_TILE_N * K;
-    double t0 = nowp();
     cpu_parallel_for(be, n_tiles, tile_flops, impl->use_avx2 ? matmul_tiles_avx2 : matmul_tiles_baseline, &job);
-    double t1 = nowp(); int i = 0; for (; i < nprof; i++) if (prof[i].m == M && prof[i].k == K && prof[i].n == N) break;
-    if (i == nprof && nprof < 256) { nprof++; prof[i].m = M; prof[i].k = K; prof[i].n = N; }
-    if (i < 256) { prof[i].calls++; prof[i].t += t1 - t0; }
     return GLM53_OK;
 }
