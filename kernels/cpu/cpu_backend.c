@@ -17,6 +17,18 @@ void cpu_parallel_for(glm53_backend *be, int64_t n_items, int64_t cost_per_item,
     else glm53_pool_run(cpu_impl(be)->pool, n_items, fn, ctx);
 }
 
+void *cpu_scratch(glm53_backend *be, size_t bytes) {
+    cpu_backend *impl = cpu_impl(be);
+    if (bytes <= impl->scratch_bytes) return impl->scratch;
+    size_t grown = (bytes + 4095) / 4096 * 4096;
+    void *p = aligned_alloc(64, grown);
+    if (!p) return NULL;
+    free(impl->scratch);
+    impl->scratch = p;
+    impl->scratch_bytes = grown;
+    return p;
+}
+
 bool cpu_weight_supported(const glm53_tensor *w) {
     switch (w->dtype) {
     case GLM53_F32:
@@ -139,7 +151,10 @@ static glm53_status cpu_sync(glm53_backend *be) { return GLM53_OK; }
 static void cpu_destroy(glm53_backend *be) {
     if (!be) return;
     cpu_backend *impl = cpu_impl(be);
-    if (impl) glm53_pool_free(impl->pool);
+    if (impl) {
+        glm53_pool_free(impl->pool);
+        free(impl->scratch);
+    }
     free(impl);
     free(be);
 }

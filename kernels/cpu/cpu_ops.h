@@ -17,6 +17,8 @@
 
 typedef struct cpu_backend {
     glm53_pool *pool;
+    void       *scratch;           /* cpu_scratch's buffer, kept between ops (one op runs at a time) */
+    size_t      scratch_bytes;
     bool        use_avx2;          /* the AVX2 builds run: matmul's with FMA, the others without (set from cpuid;
                                     * tests may clear it) */
     float       fp8_table[256];    /* E4M3 code -> float, from glm53_fp8_e4m3_to_f32 */
@@ -27,6 +29,10 @@ static inline cpu_backend *cpu_impl(glm53_backend *be) { return (cpu_backend *)b
 /* Runs fn over [0, n_items) on the pool, or inline when n_items * cost_per_item (rough flops) is too small to
  * pay for waking the workers. */
 void cpu_parallel_for(glm53_backend *be, int64_t n_items, int64_t cost_per_item, glm53_pool_fn fn, void *ctx);
+
+/* At least `bytes` of memory for the op running now (64-byte aligned), reused by the next op: a step's large
+ * temporaries cost no allocation once the buffer has grown. NULL when out of memory. */
+void *cpu_scratch(glm53_backend *be, size_t bytes);
 
 /* A contiguous F32 activation tensor on this backend: what every op asserts about x and y. */
 static inline bool cpu_is_f32(const glm53_tensor *t) {
@@ -273,6 +279,9 @@ static inline float cpu_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
  * Ops (the op table entries; shapes and semantics as in backend.h)
  */
 glm53_status cpu_matmul(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x, const glm53_tensor *w);
+/* The same, all on the calling thread: for ops that run matmuls inside their own pool tasks (the pool is not
+ * reentrant). */
+glm53_status cpu_matmul_serial(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x, const glm53_tensor *w);
 
 glm53_status cpu_rmsnorm(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x, const glm53_tensor *w,
                          float eps);
@@ -287,6 +296,8 @@ glm53_status cpu_binary(glm53_backend *be, glm53_tensor *y, const glm53_tensor *
 glm53_status cpu_axpby(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x, float alpha, float beta);
 glm53_status cpu_swiglu(glm53_backend *be, glm53_tensor *y, const glm53_tensor *gate, const glm53_tensor *up,
                         float limit);
+/* swiglu's arithmetic over n elements on the calling thread. */
+void cpu_swiglu_n(float *y, const float *gate, const float *up, int64_t n, float limit);
 
 glm53_status cpu_conv1d_causal(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x, const glm53_tensor *w);
 

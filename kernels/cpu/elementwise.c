@@ -134,17 +134,20 @@ typedef struct swiglu_job {
     float        limit;
 } swiglu_job;
 
-static void swiglu_range(void *ctx, int64_t begin, int64_t end) {
-    const swiglu_job *job = ctx;
-    const float limit = job->limit;
-    for (int64_t i = begin; i < end; i++) {
-        float g = job->gate[i], u = job->up[i];
+void cpu_swiglu_n(float *y, const float *gate, const float *up, int64_t n, float limit) {
+    for (int64_t i = 0; i < n; i++) {
+        float g = gate[i], u = up[i];
         if (limit > 0.0f) {
             g = g > limit ? limit : g;
             u = u > limit ? limit : (u < -limit ? -limit : u);
         }
-        job->y[i] = silu(g) * u;
+        y[i] = silu(g) * u;
     }
+}
+
+static void swiglu_range(void *ctx, int64_t begin, int64_t end) {
+    const swiglu_job *job = ctx;
+    cpu_swiglu_n(job->y + begin, job->gate + begin, job->up + begin, end - begin, job->limit);
 }
 
 /* y[M,F] = silu(min(gate, limit)) * clamp(up, -limit, limit); limit <= 0: no clamp. */

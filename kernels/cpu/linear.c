@@ -86,8 +86,9 @@ __attribute__((target("avx2,fma"))) static void matmul_tiles_avx2(void *ctx, int
 #define matmul_tiles_avx2 matmul_tiles_baseline   /* use_avx2 is never set off x86 */
 #endif
 
-/* y[M,N] = x[M,K] * w[N,K]^T; x, y F32; w F32/BF16/F16/F8_E4M3 (+ F32 block scale). */
-glm53_status cpu_matmul(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x, const glm53_tensor *w) {
+/* y[M,N] = x[M,K] * w[N,K]^T on the pool (parallel), or all on the calling thread (from inside a pool task). */
+static glm53_status matmul_run(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x, const glm53_tensor *w,
+                               bool parallel) {
     assert(cpu_is_f32(x) && cpu_is_f32(y));
     assert(w->ndim == 2 && glm53_tensor_is_contiguous(w) && w->data);
     int64_t M = glm53_tensor_rows(x), K = cpu_cols(x), N = w->shape[0];
@@ -105,6 +106,17 @@ glm53_status cpu_matmul(glm53_backend *be, glm53_tensor *y, const glm53_tensor *
     };
     int64_t n_tiles = (M + MATMUL_TILE_M - 1) / MATMUL_TILE_M * job.n_tiles_n;
     int64_t tile_flops = 2 * (M < MATMUL_TILE_M ? M : MATMUL_TILE_M) * MATMUL_TILE_N * K;
-    cpu_parallel_for(be, n_tiles, tile_flops, impl->use_avx2 ? matmul_tiles_avx2 : matmul_tiles_baseline, &job);
+    glm53_pool_fn fn = impl->use_avx2 ? matmul_tiles_avx2 : matmul_tiles_baseline;
+    if (parallel) cpu_parallel_for(be, n_tiles, tile_flops, fn, &job);
+    else fn(&job, 0, n_tiles);
     return GLM53_OK;
+}
+
+/* y[M,N] = x[M,K] * w[N,K]^T; x, y F32; w F32/BF16/F16/F8_E4M3 (+ F32 block scale). */
+glm53_status cpu_matmul(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x, const glm53_tensor *w) {
+    return matmul_run(be, y, x, w, true);
+}
+
+glm53_status cpu_matmul_serial(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x, const glm53_tensor *w) {
+    return matmul_run(be, y, x, w, false);
 }

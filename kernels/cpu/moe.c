@@ -75,6 +75,58 @@ glm53_status cpu_moe_route(glm53_backend *be, glm53_tensor *ids, glm53_tensor *w
     return GLM53_OK;
 }
 
+/* The routed experts of one step: the rows routed to each used expert, gathered ([m, D]), through its SwiGLU, into
+ * its own output rows ([m, D]); experts are independent, so they run in parallel. */
+typedef struct {
+    glm53_backend *be;
+    const glm53_expert_set *experts;
+    const float *x;                 /* [N, D] */
+    const int32_t *used;            /* [n_used] expert ids, ascending */
+    const int64_t *first;           /* [n_used + 1]: expert u's routed rows are rows[first[u] .. first[u + 1]) */
+    const int32_t *rows;            /* [N * K] batch rows, per expert in (row, slot) order */
+    float *buf;                     /* per used expert, at first[u] * (2 D + 3 F) floats: x, gate, up, h, y rows */
+    int64_t D, F;
+    float limit;
+} experts_ctx;
+
+static void prefetch_expert(const glm53_expert_set *ex, int32_t e) {
+    const glm53_tensor *ts[3] = {ex->gate[e], ex->up[e], ex->down[e]};
+    for (int t = 0; t < 3; t++) {
+        const char *p = ts[t]->data;
+        size_t n = glm53_tensor_nbytes(ts[t]);
+        for (size_t b = 0; b < n; b += 64) __builtin_prefetch(p + b, 0, 2);
+    }
+}
+
+static void experts_run(void *vctx, int64_t begin, int64_t end) {
+    experts_ctx *c = vctx;
+    const glm53_expert_set *ex = c->experts;
+    const int64_t D = c->D, F = c->F;
+    for (int64_t u = begin; u < end; u++) {
+        /* A small model's experts are read from L3, once per step: the next expert's weights are on their way
+         * while this one computes (each expert's own first loads would wait out the miss latency). */
+        if (u + 1 < end) prefetch_expert(ex, c->used[u + 1]);
+        int32_t e = c->used[u];
+        int64_t m = c->first[u + 1] - c->first[u], Fe = ex->gate[e]->shape[0];
+        float *xe = c->buf + c->first[u] * (2 * D + 3 * F), *ge = xe + m * D, *ue = ge + m * Fe, *he = ue + m * Fe;
+        float *ye = he + m * Fe;
+        for (int64_t i = 0; i < m; i++)
+            memcpy(xe + i * D, c->x + (int64_t)c->rows[c->first[u] + i] * D, (size_t)D * sizeof(float));
+        glm53_tensor tx = {.dtype = GLM53_F32, .ndim = 2, .shape = {m, D}, .data = xe};
+        glm53_tensor tg = {.dtype = GLM53_F32, .ndim = 2, .shape = {m, Fe}, .data = ge};
+        glm53_tensor tu = {.dtype = GLM53_F32, .ndim = 2, .shape = {m, Fe}, .data = ue};
+        glm53_tensor th = {.dtype = GLM53_F32, .ndim = 2, .shape = {m, Fe}, .data = he};
+        glm53_tensor ty = {.dtype = GLM53_F32, .ndim = 2, .shape = {m, D}, .data = ye};
+        glm53_tensor_set_contiguous(&tx); glm53_tensor_set_contiguous(&tg); glm53_tensor_set_contiguous(&tu);
+        glm53_tensor_set_contiguous(&th); glm53_tensor_set_contiguous(&ty);
+        /* cannot fail: the caller checked the weights */
+        cpu_matmul_serial(c->be, &tg, &tx, ex->gate[e]);
+        cpu_matmul_serial(c->be, &tu, &tx, ex->up[e]);
+        cpu_swiglu_n(he, ge, ue, m * Fe, c->limit);
+        cpu_matmul_serial(c->be, &ty, &th, ex->down[e]);
+    }
+}
+
 glm53_status cpu_moe_experts(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x, const glm53_tensor *ids,
                              const glm53_tensor *weights, const glm53_expert_set *experts, float limit) {
     const glm53_tensor *const *gate = experts->gate, *const *up = experts->up, *const *down = experts->down;
@@ -83,53 +135,78 @@ glm53_status cpu_moe_experts(glm53_backend *be, glm53_tensor *y, const glm53_ten
     assert(cpu_is_f32(y) && cpu_is_f32(x) && cpu_is_f32(weights) && ids->dtype == GLM53_I32);
     const int32_t *idv = ids->data;
     const float *wv = weights->data;
-    memset(y->data, 0, (size_t)(N * D) * sizeof(float));
 
-    /* Rows routed to each expert, then one batched SwiGLU per expert; the outputs are added into y in ascending
-     * expert order (the CUDA backend sums in slot order: the two differ only in F32 rounding). */
-    int64_t F = gate[0] ? gate[0]->shape[0] : 0;
+    /* Rows routed to each held expert (slot -1 routes nowhere; another rank adds the slots of experts it holds). */
+    int64_t F = 0;
     for (int32_t e = 0; e < n_experts; e++) if (gate[e] && gate[e]->shape[0] > F) F = gate[e]->shape[0];
-    int32_t *rows = malloc((size_t)(N * K) * sizeof(int32_t));
-    float *row_w = malloc((size_t)(N * K) * sizeof(float));
-    float *buf = malloc((size_t)(N * K) * (size_t)(D + 3 * F + D) * sizeof(float));
-    if (!rows || !row_w || !buf) {
-        free(rows); free(row_w); free(buf);
-        return GLM53_FAIL(GLM53_ERR_OUT_OF_MEMORY, "moe_experts: no memory for %lld routed rows", (long long)(N * K));
-    }
+    size_t n_pairs = (size_t)(N * K);
+    int64_t *count = calloc((size_t)n_experts + 1, sizeof *count);
+    int32_t *used = malloc((size_t)n_experts * sizeof *used), *rows = malloc(n_pairs * sizeof *rows);
+    int64_t *first = malloc(((size_t)n_experts + 1) * sizeof *first);
+    float *row_w = malloc(n_pairs * sizeof *row_w);
+    float *buf = cpu_scratch(be, n_pairs * (size_t)(2 * D + 3 * F) * sizeof(float));
     glm53_status st = GLM53_OK;
-    for (int32_t e = 0; e < n_experts && st == GLM53_OK; e++) {
-        int64_t m = 0;
-        for (int64_t n = 0; n < N; n++)
-            for (int64_t k = 0; k < K; k++)
-                if (idv[n * K + k] == e) { rows[m] = (int32_t)n; row_w[m] = wv[n * K + k]; m++; }   /* -1: none */
-        if (m == 0 || !glm53_expert_is_held(experts, e)) continue;   /* another rank adds those slots */
+    if (!count || !used || !rows || !first || !row_w || !buf) {
+        st = GLM53_FAIL(GLM53_ERR_OUT_OF_MEMORY, "moe_experts: no memory for %lld routed rows", (long long)(N * K));
+        goto out;
+    }
+    for (size_t p = 0; p < n_pairs; p++)
+        if (idv[p] >= 0 && idv[p] < n_experts) count[idv[p]]++;
+    int64_t n_used = 0, total = 0;
+    for (int32_t e = 0; e < n_experts; e++) {
+        if (count[e] == 0 || !glm53_expert_is_held(experts, e)) continue;
         if (!gate[e] || !up[e] || !down[e]) {
             st = GLM53_FAIL(GLM53_ERR_INVALID_ARG, "moe_experts: expert %d is routed to but has no weights", e);
-            break;
+            goto out;
         }
-        int64_t Fe = gate[e]->shape[0];
-        float *xe = buf, *ge = xe + m * D, *ue = ge + m * Fe, *he = ue + m * Fe, *ye = he + m * Fe;
-        for (int64_t i = 0; i < m; i++) memcpy(xe + i * D, (const float *)x->data + rows[i] * D, (size_t)D * 4);
-        glm53_tensor tx = {.dtype = GLM53_F32, .ndim = 2, .shape = {m, D}, .data = xe};
-        glm53_tensor tg = {.dtype = GLM53_F32, .ndim = 2, .shape = {m, Fe}, .data = ge};
-        glm53_tensor tu = {.dtype = GLM53_F32, .ndim = 2, .shape = {m, Fe}, .data = ue};
-        glm53_tensor th = {.dtype = GLM53_F32, .ndim = 2, .shape = {m, Fe}, .data = he};
-        glm53_tensor ty = {.dtype = GLM53_F32, .ndim = 2, .shape = {m, D}, .data = ye};
-        glm53_tensor_set_contiguous(&tx); glm53_tensor_set_contiguous(&tg); glm53_tensor_set_contiguous(&tu);
-        glm53_tensor_set_contiguous(&th); glm53_tensor_set_contiguous(&ty);
-        st = cpu_matmul(be, &tg, &tx, gate[e]);
-        if (st == GLM53_OK) st = cpu_matmul(be, &tu, &tx, up[e]);
-        if (st == GLM53_OK) st = cpu_swiglu(be, &th, &tg, &tu, limit);
-        if (st == GLM53_OK) st = cpu_matmul(be, &ty, &th, down[e]);
-        if (st != GLM53_OK) break;
-        for (int64_t i = 0; i < m; i++) {
-            float *dst = (float *)y->data + rows[i] * D;
-            for (int64_t d = 0; d < D; d++) dst[d] += row_w[i] * ye[i * D + d];
+        /* checked here, on the caller's thread, so that the parallel part cannot fail (an error message set on a
+         * worker thread would not reach glm53_last_error) */
+        const glm53_tensor *ws[3] = {gate[e], up[e], down[e]};
+        for (int t = 0; t < 3; t++)
+            if (!cpu_weight_supported(ws[t])) {
+                st = GLM53_FAIL(GLM53_ERR_UNSUPPORTED, "moe_experts: weight %s has dtype %s (or a malformed FP8 "
+                                "scale)", ws[t]->name ? ws[t]->name : "(unnamed)",
+                                glm53_dtype_name((glm53_dtype)ws[t]->dtype));
+                goto out;
+            }
+        used[n_used] = e;
+        first[n_used++] = total;
+        total += count[e];
+    }
+    first[n_used] = total;
+    /* The (row, slot) pairs of each used expert in batch order, through a map from expert to its place. */
+    int64_t *next = count;   /* reused: next free place of each expert, -1 for the unused */
+    for (int32_t e = 0; e < n_experts; e++) next[e] = -1;
+    for (int64_t u = 0; u < n_used; u++) next[used[u]] = first[u];
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t k = 0; k < K; k++) {
+            int32_t e = idv[n * K + k];
+            if (e < 0 || e >= n_experts || next[e] < 0) continue;
+            rows[next[e]] = (int32_t)n;
+            row_w[next[e]++] = wv[n * K + k];
+        }
+
+    experts_ctx c = {be, experts, x->data, used, first, rows, buf, D, F, limit};
+    if (n_used > 0) {
+        prefetch_expert(experts, used[0]);
+        cpu_parallel_for(be, n_used, 6 * (total / n_used + 1) * D * F, experts_run, &c);
+    }
+    /* y = sum over the row's experts in ascending expert order of weight * expert output (the CUDA backend sums
+     * in slot order: the two differ only in F32 rounding). */
+    memset(y->data, 0, (size_t)(N * D) * sizeof(float));
+    for (int64_t u = 0; u < n_used; u++) {
+        const float *ye = buf + first[u] * (2 * D + 3 * F) + (first[u + 1] - first[u]) * (D + 3 * gate[used[u]]->shape[0]);
+        for (int64_t i = first[u]; i < first[u + 1]; i++) {
+            float *dst = (float *)y->data + (int64_t)rows[i] * D;
+            const float *src = ye + (i - first[u]) * D;
+            for (int64_t d = 0; d < D; d++) dst[d] += row_w[i] * src[d];
         }
     }
+out:
+    free(count);
+    free(used);
     free(rows);
+    free(first);
     free(row_w);
-    free(buf);
     return st;
 }
-
