@@ -6,9 +6,10 @@
  * whichever workers are awake - claims chunks by compare-and-swap on that word until none is left, and counts the
  * chunks it finished; the caller returns when all are finished. So a run never waits for a thread that has not
  * started yet: on a machine with more busy threads than cores (the server's event loop beside a step, two
- * vCPUs), a worker the scheduler has put aside simply claims nothing, and the caller does its share. A worker
- * that saw an old generation cannot claim a chunk of a new run (the compare-and-swap checks the generation), so
- * it never calls a run's function with another run's arguments.
+ * vCPUs), a worker the scheduler has put aside simply claims nothing, and the caller does its share. While the
+ * caller writes a run's arguments the word holds the new generation with no chunk claimable (POOL_CLOSED); a
+ * worker claims only under the generation whose arguments it read, so it never calls a run's function with
+ * another run's arguments, even when it read them while the next run was being written.
  *
  * Between runs a worker spins for POOL_SPIN_US (ops of a step come microseconds apart, and a futex wake-up costs
  * tens of them), yielding the core when someone else wants it, then sleeps on a condition variable; the caller
@@ -24,6 +25,8 @@
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
+
+#define POOL_CLOSED 0xffffffffu   /* the low half of `claim` while a run's arguments are being written */
 
 enum {
     POOL_SPIN_US = 200,          /* a worker's wait for the next run before it sleeps */
@@ -70,14 +73,17 @@ static int64_t now_us(void) {
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
-/* Claims and runs chunks of the run of generation gen until none is left (or a newer run replaced it). */
+/* Claims and runs chunks of the run of generation gen until none is left (or a newer run replaced it). The
+ * caller saw gen open in `claim`, so the arguments read here are that run's, or a later run's while a claim under
+ * gen can no longer succeed. */
 static void pool_work(glm53_pool *pool, uint32_t gen) {
     glm53_pool_fn fn = LOAD_RELAXED(&pool->fn);
     void *ctx = LOAD_RELAXED(&pool->ctx);
     int64_t n_items = LOAD_RELAXED(&pool->n_items), n_chunks = LOAD_RELAXED(&pool->n_chunks);
     uint64_t word = LOAD(&pool->claim);
     for (;;) {
-        if ((uint32_t)(word >> 32) != gen || (int64_t)(uint32_t)word >= n_chunks) return;
+        if ((uint32_t)(word >> 32) != gen || (uint32_t)word == POOL_CLOSED || (int64_t)(uint32_t)word >= n_chunks)
+            return;
         if (!__atomic_compare_exchange_n(&pool->claim, &word, word + 1, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
             continue;   /* word now holds the current value */
         int64_t chunk = (int64_t)(uint32_t)word;
@@ -93,10 +99,10 @@ static void *pool_worker_main(void *arg) {
     glm53_pool *pool = w->pool;
     uint32_t seen = 0;
     for (;;) {
-        /* Wait for a generation other than the one served: spin a while, then sleep. */
+        /* Wait for a generation other than the one served, open for claims: spin a while, then sleep. */
         uint64_t word = LOAD(&pool->claim);
         int64_t spin_until = now_us() + POOL_SPIN_US;
-        for (int i = 1; (uint32_t)(word >> 32) == seen && !LOAD(&pool->stop); i++) {
+        for (int i = 1; ((uint32_t)(word >> 32) == seen || (uint32_t)word == POOL_CLOSED) && !LOAD(&pool->stop); i++) {
             cpu_relax();
             if (i % 64 == 0) {
                 if (now_us() > spin_until) {
@@ -213,13 +219,14 @@ void glm53_pool_run(glm53_pool *pool, int64_t n_items, glm53_pool_fn fn, void *c
     int64_t n_chunks = (int64_t)pool->n_threads * POOL_CHUNKS_PER_THREAD;
     if (n_chunks > n_items) n_chunks = n_items;
 
+    uint32_t gen = (uint32_t)(LOAD(&pool->claim) >> 32) + 1;
+    STORE(&pool->claim, (uint64_t)gen << 32 | POOL_CLOSED);   /* no claim succeeds while the arguments change */
     STORE_RELAXED(&pool->fn, fn);
     STORE_RELAXED(&pool->ctx, ctx);
     STORE_RELAXED(&pool->n_items, n_items);
     STORE_RELAXED(&pool->n_chunks, n_chunks);
     STORE(&pool->done, 0);
-    uint32_t gen = (uint32_t)(LOAD(&pool->claim) >> 32) + 1;
-    STORE(&pool->claim, (uint64_t)gen << 32);   /* publishes the run */
+    STORE(&pool->claim, (uint64_t)gen << 32);   /* publishes the run: chunk 0 is next */
     if (LOAD(&pool->n_sleeping) > 0) {
         pthread_mutex_lock(&pool->mutex);
         pthread_cond_broadcast(&pool->wake);

@@ -229,6 +229,26 @@ static void test_threadpool(void) {
         CHECK(glm53_pool_create(0, &pool) == GLM53_OK && glm53_pool_n_threads(pool) >= 1, "0 = online cores");
         glm53_pool_free(pool);
     }
+    TEST_CASE("thread pool: back-to-back runs of different sizes never mix (a late worker, the next run's arguments)") {
+        /* A worker that wakes late must not take a chunk of a run under another run's arguments: the race the
+         * pool's closed generation prevents showed as items hit twice about once in 10,000 runs here. */
+        for (int32_t threads = 2; threads <= 3; threads++) {
+            glm53_pool *pool;
+            CHECK(glm53_pool_create(threads, &pool) == GLM53_OK, "create %d", threads);
+            int bad = 0;
+            for (int rep = 0; rep < 100000; rep++) {
+                int64_t n = (rep % 5) * 3 + 1;
+                atomic_int hits[16];
+                for (int64_t i = 0; i < n; i++) atomic_init(&hits[i], 0);
+                pool_probe probe = {.hits = hits};
+                atomic_init(&probe.calls, 0);
+                glm53_pool_run(pool, n, pool_probe_fn, &probe);
+                for (int64_t i = 0; i < n; i++) bad += atomic_load(&hits[i]) != 1;
+            }
+            CHECK(bad == 0, "threads %d: %d items not hit exactly once in 100,000 runs", threads, bad);
+            glm53_pool_free(pool);
+        }
+    }
 }
 
 /* ------------------------------------------------------------------------------------------------------------
