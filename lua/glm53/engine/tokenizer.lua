@@ -29,7 +29,7 @@ Streaming (tok:stream) gives exactly what decode gives for the same ids, in piec
 ]]
 local core = require("glm53.ffi.core")
 local ffi, C = core.ffi, core.C
-local byte, sub = string.byte, string.sub
+local byte, sub, find = string.byte, string.sub, string.find
 
 local M = {}
 
@@ -118,6 +118,8 @@ local function wrap(handle)
     self._text = char_arr(self._text_cap)    -- decode output
     self._n = ffi.new("int64_t[1]")
     self._piece = ffi.new("const char *[1]")
+    self._pieces = {}                        -- id -> piece, filled as ids are seen (a streamed token's bytes)
+    self._specials = {}                      -- id -> whether it is a special added token
     return self
 end
 
@@ -302,9 +304,14 @@ end
 -- The raw bytes of one token (not necessarily UTF-8), or nil, err.
 function Tokenizer:piece(id)
     if type(id) ~= "number" then error("tokenizer:piece: id must be a number", 2) end
-    local ok, err = core.check(C.glm53_tokenizer_token_to_piece(handle_of(self), id, self._piece, self._n))
+    local h = handle_of(self)
+    local cached = self._pieces[id]
+    if cached then return cached end
+    local ok, err = core.check(C.glm53_tokenizer_token_to_piece(h, id, self._piece, self._n))
     if not ok then return nil, err end
-    return ffi.string(self._piece[0], self._n[0])
+    local piece = ffi.string(self._piece[0], self._n[0])
+    self._pieces[id] = piece
+    return piece
 end
 
 -- The id of a token spelling ("<|user|>", "Ġhello"), or nil.
@@ -323,7 +330,15 @@ function Tokenizer:token_string(id)
     return ffi.string(s)
 end
 
-function Tokenizer:is_special(id) return C.glm53_tokenizer_is_special(handle_of(self), id) == 1 end
+function Tokenizer:is_special(id)
+    local h = handle_of(self)
+    local special = self._specials[id]
+    if special == nil then
+        special = C.glm53_tokenizer_is_special(h, id) == 1
+        self._specials[id] = special
+    end
+    return special
+end
 function Tokenizer:is_added(id) return C.glm53_tokenizer_is_added(handle_of(self), id) == 1 end
 
 ---------------------------------------------------------------------------------------------------------------
@@ -385,9 +400,13 @@ function Stream:push(id)
     if type(id) ~= "number" then error("stream:push: id must be a number", 2) end
     if self.stopped then return "", true end
     local tok = self.tok
-    if self.skip_special and C.glm53_tokenizer_is_special(handle_of(tok), id) == 1 then return "", false end
+    if self.skip_special and tok:is_special(id) then return "", false end
     local piece, err = tok:piece(id)
     if not piece then return nil, err end
+    if self.pending == "" and not find(piece, "[\128-\255]") then   -- ASCII: nothing held, nothing to repair
+        local text, stop = self:_emit(piece)
+        return text, stop ~= nil, stop
+    end
     local bytes = self.pending .. piece
     local keep = incomplete_tail(bytes)
     self.pending = sub(bytes, #bytes - keep + 1)

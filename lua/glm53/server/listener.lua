@@ -313,6 +313,13 @@ end
 
 function Conn:send(data)
     if self.closed then return false end
+    -- With nothing queued, the socket takes the bytes now (try_write: no write request, no callback, no timer
+    -- change): a streamed token is one such write per stream. What it does not take is queued as usual.
+    if self.tcp:get_write_queue_size() == 0 then
+        local n = self.tcp:try_write(data)
+        if n == #data then return true end
+        if type(n) == "number" and n > 0 then data = data:sub(n + 1) end
+    end
     local req, err = self.tcp:write(data, self.on_write_cb)
     if not req then
         self:close("write: " .. tostring(err))

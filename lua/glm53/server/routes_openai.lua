@@ -28,6 +28,39 @@ local M = {}
 
 local function encode(v) return json.encode(v, { compact = true }) end
 
+-- The streamed chunks of plain deltas (text, or chat content and reasoning, without logprobs, tool calls or
+-- capture): byte for byte what sse.event(encode(chunk)) writes for them (sorted keys, compact; no line breaks in
+-- compact JSON, so one data line), built from the request's fixed parts. They are most of a stream's chunks, and
+-- the generic encoder, which runs in the interpreter (glm53.chat.json), cost more than the rest of a token's work.
+local quote, number_repr = json.quote, json.number_repr
+
+local function chunk_tail(id, created, model, object)
+    return "}],\"created\":" .. number_repr(created) .. ",\"id\":" .. quote(id) .. ",\"model\":" .. quote(model) ..
+           ",\"object\":" .. quote(object) .. "}\n\n"
+end
+
+-- Completions: {"choices":[{"finish_reason":null,"index":I,"logprobs":null,"text":T}], created, id, model, object}
+function M.text_chunk(tail, index, text)
+    return "data: {\"choices\":[{\"finish_reason\":null,\"index\":" .. number_repr(index) ..
+           ",\"logprobs\":null,\"text\":" .. quote(text) .. tail
+end
+
+-- Chat: {"choices":[{"delta":{"content":C,"reasoning_content":R},"finish_reason":null,"index":I,"logprobs":null}],
+-- ...}, either field absent when nil.
+function M.delta_chunk(tail, index, content, reasoning)
+    local delta
+    if content and reasoning then
+        delta = "\"content\":" .. quote(content) .. ",\"reasoning_content\":" .. quote(reasoning)
+    elseif content then
+        delta = "\"content\":" .. quote(content)
+    else
+        delta = "\"reasoning_content\":" .. quote(reasoning)
+    end
+    return "data: {\"choices\":[{\"delta\":{" .. delta .. "},\"finish_reason\":null,\"index\":" .. number_repr(index) ..
+           ",\"logprobs\":null" .. tail
+end
+M.chunk_tail = chunk_tail
+
 local function request_id(prefix)
     local f = io.open("/dev/urandom", "rb")
     local b = f and f:read(12) or tostring(os.clock())
@@ -150,7 +183,12 @@ local function chat_completions(req, res, app)
         return sse.event(encode(t))
     end
     local wire = { stream = stream }
+    local tail = chunk_tail(id, created, model, "chat.completion.chunk")
     function wire.event(run, ev, send)
+        if ev.type ~= "finish" and not ev.first and not ev.tool_calls and not ev.logprobs and
+           (ev.content or ev.reasoning) then
+            return send(M.delta_chunk(tail, ev.index, ev.content, ev.reasoning))
+        end
         local choice = { index = ev.index, finish_reason = null, logprobs = null }
         if ev.type == "finish" then
             choice.delta = {}
@@ -292,6 +330,7 @@ local function completions(req, res, app)
     local usage = { prompt_tokens = 0, completion_tokens = 0, total_tokens = 0 }
     local texts = {}
     local send = function(bytes) if not res.closed and not res.finished then res:write(bytes) end end
+    local tail = chunk_tail(id, created, model, "text_completion")
     local function chunk(choices, u)
         local t = { id = id, object = "text_completion", created = created, model = model, choices = choices }
         if u then t.usage = u end
@@ -376,6 +415,11 @@ local function completions(req, res, app)
             end
             if not stream then return end
             local index = (pi - 1) * n + ev.index
+            if ev.type ~= "finish" and not lp and not (ev.first and echo) then
+                local text = ev.text or ""
+                offsets[ev.index] = (offsets[ev.index] or 0) + #text
+                return send(M.text_chunk(tail, index, text))
+            end
             local choice = { index = index, text = "", logprobs = null, finish_reason = null }
             if ev.type == "finish" then
                 choice.finish_reason, choice.stop_reason = ev.reason, ev.stop or null
