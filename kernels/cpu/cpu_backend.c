@@ -223,6 +223,8 @@ glm53_status glm53_backend_cpu_create(int32_t n_threads, glm53_backend **out) {
 #if defined(__x86_64__)
     __builtin_cpu_init();
     impl->use_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    impl->use_avx512 = impl->use_avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+                       __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq");
 #endif
     for (int c = 0; c < 256; c++) impl->fp8_table[c] = glm53_fp8_e4m3_to_f32((uint8_t)c);
 

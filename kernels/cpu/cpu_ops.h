@@ -21,6 +21,7 @@ typedef struct cpu_backend {
     size_t      scratch_bytes;
     bool        use_avx2;          /* the AVX2 builds run: matmul's with FMA, the others without (set from cpuid;
                                     * tests may clear it) */
+    bool        use_avx512;        /* matmul runs its AVX-512 build (same results as its AVX2 one; cpuid, tests) */
     float       fp8_table[256];    /* E4M3 code -> float, from glm53_fp8_e4m3_to_f32 */
 } cpu_backend;
 

@@ -18,9 +18,10 @@
  * row's result does not depend on what else is in the batch (batch invariance, tests/c/test_cpu_ops.c), and it is
  * the result of the one-row-at-a-time kernel this replaced, bit for bit.
  *
- * The tile loop is compiled twice, for the baseline target and for AVX2+FMA, chosen at backend creation. In the
- * FMA build `acc += x * w` contracts to one fused multiply-add (GNU C's default -ffp-contract=fast), in the
- * baseline it is a multiply and an add: the two builds differ in rounding, each is deterministic.
+ * The tile loop is compiled three times, for the baseline target, for AVX2+FMA and for AVX-512, chosen at backend
+ * creation. In the FMA builds `acc += x * w` contracts to one fused multiply-add (GNU C's default
+ * -ffp-contract=fast), in the baseline it is a multiply and an add: the baseline differs from the other two in
+ * rounding; the AVX-512 build gives the AVX2+FMA build's results bit for bit (wide_tile says how).
  */
 #include "kernels/cpu/cpu_ops.h"
 
@@ -39,7 +40,151 @@ typedef struct matmul_job {
     int64_t             n_tiles_n;   /* tiles along N; tile t covers tile row t / n_tiles_n */
 } matmul_job;
 
-CPU_INLINE void matmul_tiles(void *ctx, int64_t tile_begin, int64_t tile_end) {
+/* ------------------------------------------------------------------------------------------------------------
+ * The AVX-512 micro-kernel: two weight rows per 16-lane register (lanes 0-7 row j, lanes 8-15 row j + 1), each x
+ * row's 8 columns broadcast to both halves. Every lane does what its 8-lane AVX2 counterpart does (lane l of
+ * weight row j accumulates columns l, l + 8, ... with fused multiply-adds from 0), and each half is summed in
+ * v8f_sum's order: the results are those of the AVX2+FMA build, bit for bit, at twice the multiply-adds per
+ * instruction, with 32 registers for up to 24 accumulators.
+ *
+ * The block's weight rows are first packed, widened to F32, as row pairs ([pair][8-column chunk][16 floats]), so
+ * that the multiply-adds take their weights straight from L1 (a memory operand) and the widening is paid once per
+ * block rather than once per group of x rows. A one-row block has nothing to share it with and stays on the AVX2
+ * kernel, as does an odd last weight row.
+ */
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#define WIDE_TARGET __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")))
+#define WIDE_INLINE WIDE_TARGET __attribute__((always_inline)) static inline
+
+enum { WIDE_MAX_NX = 6, WIDE_MAX_NP = 8 };
+
+/* pairs[p][c][0..8) = w row 2p, columns 8c..8c+8; pairs[p][c][8..16) = w row 2p + 1, for p < tn / 2, c < kb / 8. */
+WIDE_INLINE void wide_pack(const void *w, int64_t stride, const bool bf16, int64_t tn, int64_t kb, float *pairs) {
+    const int64_t nc = kb / 8;
+    for (int64_t p = 0; p < tn / 2; p++)
+        for (int h = 0; h < 2; h++)
+            for (int64_t c = 0; c < nc; c++) {
+                __m256 v;
+                if (bf16) {
+                    __m128i raw = _mm_loadu_si128((const __m128i *)((const uint16_t *)w + (2 * p + h) * stride + 8 * c));
+                    v = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
+                } else {
+                    v = _mm256_loadu_ps((const float *)w + (2 * p + h) * stride + 8 * c);
+                }
+                _mm256_store_ps(pairs + (p * nc + c) * 16 + 8 * h, v);
+            }
+}
+
+typedef float v16f __attribute__((vector_size(64)));
+
+/* v8f_sum of each half of a: ((v0 + v4) + (v1 + v5)) + ((v2 + v6) + (v3 + v7)) (each addition pairs the same
+ * operands; which side each is on does not change an IEEE sum). */
+WIDE_INLINE void wide_halves_sum(v16f a, float *lo, float *hi) {
+    v16f t = a + __builtin_shufflevector(a, a, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11);
+    t = t + __builtin_shufflevector(t, t, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14);
+    t = t + __builtin_shufflevector(t, t, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13);
+    *lo = t[0];
+    *hi = t[8];
+}
+
+/* acc[i * acc_stride + 2q + h] += (x row i) . (w row 2q + h) over kb columns, for i < nx, q < np, h < 2: the
+ * packed pairs `pairs` (np of them, nc chunks each) for the whole chunks, w itself (rows w, `w_stride` apart) for
+ * the last kb mod 8 columns. */
+WIDE_INLINE void wide_tile(const float *x, int64_t x_stride, const float *pairs, int64_t nc, const void *w,
+                           int64_t w_stride, const bool bf16, int64_t kb, const int nx, const int np, float *acc,
+                           int64_t acc_stride) {
+    __m512 a[WIDE_MAX_NX][WIDE_MAX_NP];
+#pragma GCC unroll 8
+    for (int i = 0; i < nx; i++)
+#pragma GCC unroll 8
+        for (int q = 0; q < np; q++) a[i][q] = _mm512_setzero_ps();
+    for (int64_t c = 0; c < nc; c++) {
+#pragma GCC unroll 8
+        for (int i = 0; i < nx; i++) {
+            __m512 xv = _mm512_broadcast_f32x8(_mm256_loadu_ps(x + i * x_stride + 8 * c));
+#pragma GCC unroll 8
+            for (int q = 0; q < np; q++)
+                a[i][q] = _mm512_fmadd_ps(xv, _mm512_load_ps(pairs + (q * nc + c) * 16), a[i][q]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < nx; i++)
+#pragma GCC unroll 8
+        for (int q = 0; q < np; q++) {
+            float s0, s1;
+            wide_halves_sum((v16f)a[i][q], &s0, &s1);
+            for (int64_t t = 8 * nc; t < kb; t++) {   /* contracted to fused multiply-adds, as in the AVX2 build */
+                s0 += x[i * x_stride + t] * cpu_w1(w, w_stride, bf16, 2 * q, t);
+                s1 += x[i * x_stride + t] * cpu_w1(w, w_stride, bf16, 2 * q + 1, t);
+            }
+            acc[i * acc_stride + 2 * q] += s0;
+            acc[i * acc_stride + 2 * q + 1] += s1;
+        }
+}
+
+/* Weight-row pairs per call for nx x rows: 8 accumulators at least (the multiply-add latency), 24 at most. */
+#define WIDE_NP_FOR(nx) ((nx) <= 2 ? 8 / (nx) : 4)
+
+WIDE_INLINE void wide_rows(const float *x, int64_t x_stride, const float *pairs, int64_t nc, const void *w,
+                           int64_t w_stride, const bool bf16, int64_t kb, const int nx, int64_t tn, float *acc,
+                           int64_t acc_stride) {
+    const int np = WIDE_NP_FOR(nx);
+    const size_t row_bytes = (size_t)w_stride * (bf16 ? 2 : 4);
+    int64_t q = 0, n_pairs = tn / 2;
+    for (; q + np <= n_pairs; q += np)
+        wide_tile(x, x_stride, pairs + q * nc * 16, nc, (const char *)w + 2 * q * row_bytes, w_stride, bf16, kb, nx,
+                  np, acc + 2 * q, acc_stride);
+    for (; q < n_pairs; q++)
+        wide_tile(x, x_stride, pairs + q * nc * 16, nc, (const char *)w + 2 * q * row_bytes, w_stride, bf16, kb, nx,
+                  1, acc + 2 * q, acc_stride);
+    if (tn % 2)   /* an odd last row: the 8-lane kernel, the same arithmetic */
+        cpu_dot_tile(x, x_stride, (const char *)w + (tn - 1) * row_bytes, w_stride, bf16, kb, nx, 1,
+                     acc + tn - 1, acc_stride, false);
+}
+
+/* cpu_dot_block's contract (accumulating into acc, rows MATMUL_TILE_N apart), on the AVX-512 micro-kernel. Not
+ * inlined into the other builds' tile loops (a plain call there, never taken). */
+WIDE_TARGET static void wide_block(const float *x, int64_t x_stride, int64_t m, const void *w, int64_t w_stride,
+                                   const bool bf16, int64_t kb, int64_t tn, float *acc) {
+    if (m == 1) {
+        cpu_dot_block(x, x_stride, m, w, w_stride, bf16, kb, tn, acc, MATMUL_TILE_N, false);
+        return;
+    }
+    float pairs[MATMUL_TILE_N / 2 * MATMUL_BLOCK_K * 2] __attribute__((aligned(64)));
+    const int64_t nc = kb / 8;
+    wide_pack(w, w_stride, bf16, tn, kb, pairs);
+    int64_t i = 0;
+    for (; i + WIDE_MAX_NX <= m; i += WIDE_MAX_NX)
+        wide_rows(x + i * x_stride, x_stride, pairs, nc, w, w_stride, bf16, kb, WIDE_MAX_NX, tn,
+                  acc + i * MATMUL_TILE_N, MATMUL_TILE_N);
+    const float *xr = x + i * x_stride;
+    float *ar = acc + i * MATMUL_TILE_N;
+    switch (m - i) {
+    case 5: wide_rows(xr, x_stride, pairs, nc, w, w_stride, bf16, kb, 5, tn, ar, MATMUL_TILE_N); break;
+    case 4: wide_rows(xr, x_stride, pairs, nc, w, w_stride, bf16, kb, 4, tn, ar, MATMUL_TILE_N); break;
+    case 3: wide_rows(xr, x_stride, pairs, nc, w, w_stride, bf16, kb, 3, tn, ar, MATMUL_TILE_N); break;
+    case 2: wide_rows(xr, x_stride, pairs, nc, w, w_stride, bf16, kb, 2, tn, ar, MATMUL_TILE_N); break;
+    case 1: wide_rows(xr, x_stride, pairs, nc, w, w_stride, bf16, kb, 1, tn, ar, MATMUL_TILE_N); break;
+    default: break;
+    }
+}
+#else
+static void wide_block(const float *x, int64_t x_stride, int64_t m, const void *w, int64_t w_stride,
+                       const bool bf16, int64_t kb, int64_t tn, float *acc) {
+    cpu_dot_block(x, x_stride, m, w, w_stride, bf16, kb, tn, acc, MATMUL_TILE_N, false);
+}
+#endif
+
+/* One K block of a tile through the build's micro-kernel. */
+CPU_INLINE void matmul_block(const float *x, int64_t x_stride, int64_t m, const void *w, int64_t w_stride,
+                             const bool bf16, int64_t kb, int64_t tn, float *acc, const bool wide) {
+    if (wide) wide_block(x, x_stride, m, w, w_stride, bf16, kb, tn, acc);
+    else cpu_dot_block(x, x_stride, m, w, w_stride, bf16, kb, tn, acc, MATMUL_TILE_N, false);
+}
+
+CPU_INLINE void matmul_tiles(void *ctx, int64_t tile_begin, int64_t tile_end, const bool wide) {
     const matmul_job *job = ctx;
     const glm53_tensor *w = job->w;
     const int64_t K = job->k, N = job->n;
@@ -59,15 +204,15 @@ CPU_INLINE void matmul_tiles(void *ctx, int64_t tile_begin, int64_t tile_end) {
             if (in_place) {
                 int64_t offset = n0 * w->stride[0] + k0;
                 if (bf16)
-                    cpu_dot_block(x_block, K, tm, (const uint16_t *)w->data + offset, w->stride[0], true, kb, tn, acc,
-                                  MATMUL_TILE_N, false);
+                    matmul_block(x_block, K, tm, (const uint16_t *)w->data + offset, w->stride[0], true, kb, tn, acc,
+                                 wide);
                 else
-                    cpu_dot_block(x_block, K, tm, (const float *)w->data + offset, w->stride[0], false, kb, tn, acc,
-                                  MATMUL_TILE_N, false);
+                    matmul_block(x_block, K, tm, (const float *)w->data + offset, w->stride[0], false, kb, tn, acc,
+                                 wide);
             } else {
                 for (int64_t r = 0; r < tn; r++)
                     cpu_weight_row_to_f32(w, job->fp8_table, n0 + r, k0, kb, w_block + r * MATMUL_BLOCK_K);
-                cpu_dot_block(x_block, K, tm, w_block, MATMUL_BLOCK_K, false, kb, tn, acc, MATMUL_TILE_N, false);
+                matmul_block(x_block, K, tm, w_block, MATMUL_BLOCK_K, false, kb, tn, acc, wide);
             }
         }
 
@@ -76,14 +221,18 @@ CPU_INLINE void matmul_tiles(void *ctx, int64_t tile_begin, int64_t tile_end) {
     }
 }
 
-static void matmul_tiles_baseline(void *ctx, int64_t begin, int64_t end) { matmul_tiles(ctx, begin, end); }
+static void matmul_tiles_baseline(void *ctx, int64_t begin, int64_t end) { matmul_tiles(ctx, begin, end, false); }
 
 #if defined(__x86_64__)
 __attribute__((target("avx2,fma"))) static void matmul_tiles_avx2(void *ctx, int64_t begin, int64_t end) {
-    matmul_tiles(ctx, begin, end);
+    matmul_tiles(ctx, begin, end, false);
+}
+WIDE_TARGET static void matmul_tiles_avx512(void *ctx, int64_t begin, int64_t end) {
+    matmul_tiles(ctx, begin, end, true);
 }
 #else
-#define matmul_tiles_avx2 matmul_tiles_baseline   /* use_avx2 is never set off x86 */
+#define matmul_tiles_avx2 matmul_tiles_baseline   /* use_avx2 and use_avx512 are never set off x86 */
+#define matmul_tiles_avx512 matmul_tiles_baseline
 #endif
 
 /* y[M,N] = x[M,K] * w[N,K]^T on the pool (parallel), or all on the calling thread (from inside a pool task). */
@@ -106,7 +255,7 @@ static glm53_status matmul_run(glm53_backend *be, glm53_tensor *y, const glm53_t
     };
     int64_t n_tiles = (M + MATMUL_TILE_M - 1) / MATMUL_TILE_M * job.n_tiles_n;
     int64_t tile_flops = 2 * (M < MATMUL_TILE_M ? M : MATMUL_TILE_M) * MATMUL_TILE_N * K;
-    glm53_pool_fn fn = impl->use_avx2 ? matmul_tiles_avx2 : matmul_tiles_baseline;
+    glm53_pool_fn fn = impl->use_avx512 ? matmul_tiles_avx512 : impl->use_avx2 ? matmul_tiles_avx2 : matmul_tiles_baseline;
     if (parallel) cpu_parallel_for(be, n_tiles, tile_flops, fn, &job);
     else fn(&job, 0, n_tiles);
     return GLM53_OK;
