@@ -255,7 +255,7 @@ static glm53_status matmul_run(glm53_backend *be, glm53_tensor *y, const glm53_t
     };
     int64_t n_tiles = (M + MATMUL_TILE_M - 1) / MATMUL_TILE_M * job.n_tiles_n;
     int64_t tile_flops = 2 * (M < MATMUL_TILE_M ? M : MATMUL_TILE_M) * MATMUL_TILE_N * K;
-    glm53_pool_fn fn = impl->use_avx512 ? matmul_tiles_avx512 : impl->use_avx2 ? matmul_tiles_avx2 : matmul_tiles_baseline;
+    glm53_pool_fn fn = !impl->use_avx2 ? matmul_tiles_baseline : impl->use_avx512 ? matmul_tiles_avx512 : matmul_tiles_avx2;
     if (parallel) cpu_parallel_for(be, n_tiles, tile_flops, fn, &job);
     else fn(&job, 0, n_tiles);
     return GLM53_OK;

@@ -792,7 +792,8 @@ int main(void) {
             fprintf(stderr, "cpu backend with %d threads: %s\n", b + 1, glm53_last_error());
             return 1;
         }
-    printf("matmul build: %s\n", cpu_impl(backends[0])->use_avx2 ? "AVX2+FMA (baseline also tested)" : "baseline");
+    printf("matmul build: %s\n", cpu_impl(backends[0])->use_avx512 ? "AVX-512 (baseline also tested)"
+                                  : cpu_impl(backends[0])->use_avx2 ? "AVX2+FMA (baseline also tested)" : "baseline");
 
     test_fp8_decoder();
     test_threadpool();
