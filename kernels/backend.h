@@ -80,6 +80,20 @@ static inline bool glm53_expert_is_held(const glm53_expert_set *s, int32_t e) {
     return s->n_held == 0 || (e >= s->first_held && e < s->first_held + s->n_held);
 }
 
+/* One sequence's part of kda_sequences (a KDA layer's per-sequence work for a whole batch): its rows of the
+ * batch, its conv rings and state ring, and the step's ring slots for it (step.c fills them; kernels/backend.h's
+ * conv1d_causal, scatter_rows and kda_recurrent say what they mean). */
+typedef struct glm53_kda_seq {
+    int64_t             row0, n_rows;   /* rows [row0, row0 + n_rows) of the batch */
+    int64_t             n_hist;         /* history rows that exist: the K-1 - n_hist before them are zeros */
+    const glm53_tensor *conv_hist;      /* [n_hist] I32 conv ring slots of those rows (unused when n_hist is 0) */
+    int64_t             n_write;
+    const glm53_tensor *conv_write;     /* [n_write] I32 conv ring slots of the last n_write raw rows */
+    glm53_tensor       *conv[3];        /* the q, k, v conv rings [conv_width, C] */
+    glm53_tensor       *states;         /* [ring, H, dk, dv] */
+    const glm53_tensor *slots;          /* [n_rows + 1] I32, as kda_recurrent's */
+} glm53_kda_seq;
+
 /* What a backend instance has done since it was made (OPTIONAL counters entry): the test hook that shows a
  * steady-state step allocates nothing and never waits. */
 typedef struct glm53_backend_counters {
@@ -231,6 +245,16 @@ struct glm53_backend_ops {
     glm53_status (*kda_recurrent)(glm53_backend *be, glm53_tensor *o, const glm53_tensor *q, const glm53_tensor *k,
                                   const glm53_tensor *v, const glm53_tensor *g, const glm53_tensor *beta,
                                   glm53_tensor *states, const glm53_tensor *slots);
+    /* OPTIONAL (fused). A KDA layer's per-sequence work for every sequence of the batch at once - what
+     * kda_forward's loop does with the ops above, one sequence at a time: for each sequence, q, k and v (raw
+     * [N, H*dk], [N, H*dk], [N, H*dv], before the conv) through the causal conv over the sequence's history and
+     * new rows (conv1d_causal, weights w[3] [C, K]), SiLU, the last n_write raw rows into the conv rings
+     * (scatter_rows), q and k L2-normalised per head (eps; q then times q_scale), and the recurrence
+     * (kda_recurrent) into o[N, H, dv], with g[N, H*dk] and beta[N, H] F32. The sequences' rows are disjoint.
+     * Every element gets the operations of the chain it replaces, in its order: the same results. */
+    glm53_status (*kda_sequences)(glm53_backend *be, glm53_tensor *o, const glm53_tensor *const raw[3],
+                                  const glm53_tensor *const w[3], const glm53_tensor *g, const glm53_tensor *beta,
+                                  const glm53_kda_seq *seqs, int32_t n_seqs, float eps, float q_scale);
 
     /* === kpool_indexer: the KPool indexer (kpool_indexer.c / kpool_indexer.cu) =============================== */
     /* Pooled keys of n_pools closed pools of P tokens: for pool g and channel c,

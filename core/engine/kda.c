@@ -10,7 +10,9 @@
  * Per sequence the conv reads its K-1 history rows from the sequence's conv ring (gathered by ring slot) and
  * writes the raw rows the next steps need back into it (scattered by ring slot); the recurrence reads the state
  * of the sequence's length from the state ring and writes the states a rollback may need. The ring slots are
- * step metadata (step.c fills them), the same for every KDA layer.
+ * step metadata (step.c fills them), the same for every KDA layer. A backend with the fused kda_sequences op
+ * (the CPU) does that per-sequence part for all the batch's sequences in one op; the op-by-op loop is the
+ * definition, and what runs elsewhere and in traced steps.
  */
 #include "core/engine/graph.h"
 #include "core/engine/weights.h"
@@ -99,7 +101,23 @@ void kda_forward(step_ctx *sc, const layer_weights *L, int layer, const glm53_te
     trace(sc, layer, "kda_beta", beta);
     trace(sc, layer, "kda_gz", gz);
 
-    for (int32_t i = 0; i < sc->n_seqs && sc->st == GLM53_OK; i++) {
+    bool fused = be->ops->kda_sequences && !sc->m->trace_dir;
+    if (fused) {
+        /* The whole per-sequence part in one op (a backend that has it runs the sequences and heads side by
+         * side); traced steps take the op-by-op path below, which has the intermediates to show. */
+        glm53_kda_seq *ks = sc->plan->kda_seqs;
+        for (int32_t i = 0; i < sc->n_seqs; i++) {
+            const seq_slice *s = &sc->slices[i];
+            layer_cache *lc = seq_cache(s->seq, sc->rank, layer);
+            ks[i] = (glm53_kda_seq){.row0 = s->row0, .n_rows = s->n_rows, .n_hist = s->n_hist,
+                                    .conv_hist = s->conv_hist, .n_write = s->n_write, .conv_write = s->conv_write,
+                                    .conv = {&lc->conv[0], &lc->conv[1], &lc->conv[2]}, .states = &lc->states,
+                                    .slots = s->kda_slots};
+        }
+        const glm53_tensor *raw[3] = {qkv[0], qkv[1], qkv[2]};
+        OP(be->ops->kda_sequences(be, o, raw, conv_w, g, beta, ks, sc->n_seqs, 1e-6f, 1.0f / sqrtf((float)dk)));
+    }
+    for (int32_t i = 0; i < sc->n_seqs && sc->st == GLM53_OK && !fused; i++) {
         const seq_slice *s = &sc->slices[i];
         layer_cache *lc = seq_cache(s->seq, sc->rank, layer);
         int64_t T = s->n_rows;

@@ -24,6 +24,7 @@ void glm53_plan_free(glm53_step_plan *p) {
     free(p->chunks);
     host_free(p->be, p->staging);
     free(p->slices);
+    free(p->kda_seqs);
     free(p->seq_starts);
     *p = (glm53_step_plan){0};
 }

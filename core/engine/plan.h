@@ -37,6 +37,7 @@ typedef struct glm53_step_plan {
     /* per-sequence slices of the current batch (graph.h's seq_slice), and each sequence's first batch row */
     void           *slices;
     int32_t         cap_slices;
+    glm53_kda_seq  *kda_seqs;     /* [cap_slices]: a KDA layer's kda_sequences arguments (kda.c) */
     int64_t        *seq_starts;
     int32_t         cap_seq_starts;
 } glm53_step_plan;

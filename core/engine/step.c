@@ -110,6 +110,9 @@ static glm53_status prepare_pass(step_ctx *sc, glm53_rank *rk, const step_reques
         seq_slice *grown = realloc(plan->slices, (size_t)b->n_seqs * sizeof *grown);
         if (!grown) return GLM53_FAIL(GLM53_ERR_OUT_OF_MEMORY, "no memory for the batch's slices");
         plan->slices = grown;
+        glm53_kda_seq *kda_grown = realloc(plan->kda_seqs, (size_t)b->n_seqs * sizeof *kda_grown);
+        if (!kda_grown) return GLM53_FAIL(GLM53_ERR_OUT_OF_MEMORY, "no memory for the batch's slices");
+        plan->kda_seqs = kda_grown;
         plan->cap_slices = b->n_seqs;
     }
     seq_slice *slices = plan->slices;

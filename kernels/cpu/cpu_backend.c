@@ -9,7 +9,7 @@
 #include <stdlib.h>
 
 /* Below this many flops a run stays on the caller: waking workers costs a few microseconds. */
-enum { CPU_PARALLEL_MIN_COST = 1 << 20 };
+enum { CPU_PARALLEL_MIN_COST = 1 << 16 };
 
 void cpu_parallel_for(glm53_backend *be, int64_t n_items, int64_t cost_per_item, glm53_pool_fn fn, void *ctx) {
     if (n_items <= 0) return;
@@ -195,6 +195,7 @@ static const glm53_backend_ops cpu_ops = {
     .conv1d_causal = cpu_conv1d_causal,
     .kda_gate = cpu_kda_gate,
     .kda_recurrent = cpu_kda_recurrent,
+    .kda_sequences = cpu_kda_sequences,
     .kpool_compress = cpu_kpool_compress,
     .kpool_score = cpu_kpool_score,
     .kpool_select = cpu_kpool_select,

@@ -322,6 +322,9 @@ glm53_status cpu_kda_gate(glm53_backend *be, glm53_tensor *g, const glm53_tensor
 glm53_status cpu_kda_recurrent(glm53_backend *be, glm53_tensor *o, const glm53_tensor *q, const glm53_tensor *k,
                                const glm53_tensor *v, const glm53_tensor *g, const glm53_tensor *beta,
                                glm53_tensor *states, const glm53_tensor *slots);
+glm53_status cpu_kda_sequences(glm53_backend *be, glm53_tensor *o, const glm53_tensor *const raw[3],
+                               const glm53_tensor *const w[3], const glm53_tensor *g, const glm53_tensor *beta,
+                               const glm53_kda_seq *seqs, int32_t n_seqs, float eps, float q_scale);
 glm53_status cpu_rmsnorm_gated(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x, const glm53_tensor *gate,
                                const glm53_tensor *w, float eps);
 

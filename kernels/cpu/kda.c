@@ -176,3 +176,127 @@ glm53_status cpu_kda_recurrent(glm53_backend *be, glm53_tensor *o, const glm53_t
     free(scratch);
     return GLM53_OK;
 }
+
+/* ------------------------------------------------------------------------------------------------------------
+ * kda_sequences: the per-sequence part of a KDA layer for the whole batch, one (sequence, head) per item. An item
+ * computes its head's channels of q, k and v row by row (conv over the history and new rows, SiLU, the per-head
+ * L2 norms), runs the recurrence for the row at once, and at the end writes its channels of the kept raw rows
+ * into the conv rings (after every read of them: the new rows may take the slots of the history just read). The
+ * arithmetic of each element is that of conv1d_causal, unary SiLU, l2norm and kda_recurrent, in their order.
+ */
+typedef struct {
+    float *o;                           /* [N, H, dv] */
+    const float *raw[3];                /* [N, H * width[j]] */
+    const void *w[3];                   /* [H * width[j], K], F32 or BF16 (w_bf16) */
+    bool w_bf16[3];
+    const float *g, *beta;              /* [N, H * dk], [N, H] */
+    const glm53_kda_seq *seqs;
+    int64_t H, dk, dv, K;
+    float eps, q_scale;
+    float *scratch;                     /* [n_seqs, H, dk, dv] states of unkept rows, or NULL */
+} kda_seqs_ctx;
+
+CPU_INLINE void kda_seq_heads(void *vctx, int64_t begin, int64_t end) {
+    const kda_seqs_ctx *c = vctx;
+    const int64_t H = c->H, dk = c->dk, dv = c->dv, K = c->K, width[3] = {dk, dk, dv};
+    enum { MAX_WIDTH = 256 };
+    float qkv[3][MAX_WIDTH];
+    for (int64_t item = begin; item < end; item++) {
+        const int64_t si = item / H, h = item % H;
+        const glm53_kda_seq *sq = &c->seqs[si];
+        const int64_t T = sq->n_rows, n_zero = K - 1 - sq->n_hist, slot_size = H * dk * dv;
+        const int32_t *hist = sq->n_hist > 0 ? sq->conv_hist->data : NULL, *slots = sq->slots->data;
+        float *states = sq->states->data;
+        const float *cur = states + slots[0] * slot_size + h * dk * dv;
+        for (int64_t t = 0; t < T; t++) {
+            const int64_t row = sq->row0 + t;
+            for (int j = 0; j < 3; j++) {
+                const int64_t Cj = H * width[j];
+                const float *ring = sq->conv[j]->data;
+                for (int64_t i = 0; i < width[j]; i++) {
+                    const int64_t ch = h * width[j] + i;
+                    float acc = 0.0f;
+                    for (int64_t tap = 0; tap < K; tap++) {
+                        int64_t r = t + tap;   /* row of [zeros | history | new rows] */
+                        float x = r < n_zero ? 0.0f
+                                  : r < K - 1 ? ring[(int64_t)hist[r - n_zero] * Cj + ch]
+                                              : c->raw[j][(sq->row0 + r - (K - 1)) * Cj + ch];
+                        acc += cpu_w1(c->w[j], K, c->w_bf16[j], ch, tap) * x;
+                    }
+                    qkv[j][i] = acc / (1.0f + expf(-acc));   /* SiLU, as elementwise.c's */
+                }
+            }
+            float inv_q = 1.0f / sqrtf(cpu_dot(qkv[0], qkv[0], dk) + c->eps);
+            for (int64_t i = 0; i < dk; i++) qkv[0][i] = qkv[0][i] * inv_q * c->q_scale;
+            float inv_k = 1.0f / sqrtf(cpu_dot(qkv[1], qkv[1], dk) + c->eps);
+            for (int64_t i = 0; i < dk; i++) qkv[1][i] = qkv[1][i] * inv_k * 1.0f;
+            float *next = slots[1 + t] >= 0 ? states + slots[1 + t] * slot_size + h * dk * dv
+                                            : c->scratch + (si * H + h) * dk * dv;
+            kda_row(next, cur, qkv[0], qkv[1], qkv[2], c->g + row * H * dk + h * dk, c->beta[row * H + h],
+                    c->o + (row * H + h) * dv, dk, dv);
+            cur = next;
+        }
+        const int32_t *write = sq->conv_write->data;
+        for (int j = 0; j < 3; j++) {
+            const int64_t Cj = H * width[j];
+            float *ring = sq->conv[j]->data;
+            for (int64_t r = 0; r < sq->n_write; r++)
+                memcpy(ring + (int64_t)write[r] * Cj + h * width[j],
+                       c->raw[j] + (sq->row0 + T - sq->n_write + r) * Cj + h * width[j],
+                       (size_t)width[j] * sizeof(float));
+        }
+    }
+}
+
+CPU_TWO_BUILDS(kda_seqs_run, kda_seq_heads)
+
+glm53_status cpu_kda_sequences(glm53_backend *be, glm53_tensor *o, const glm53_tensor *const raw[3],
+                               const glm53_tensor *const w[3], const glm53_tensor *g, const glm53_tensor *beta,
+                               const glm53_kda_seq *seqs, int32_t n_seqs, float eps, float q_scale) {
+    int64_t H = o->shape[1], dv = o->shape[2], N = o->shape[0], K = cpu_cols(w[0]);
+    int64_t dk = cpu_cols(raw[0]) / H;
+    assert(cpu_is_f32(o) && cpu_is_f32(g) && cpu_is_f32(beta) && o->ndim == 3);
+    for (int j = 0; j < 3; j++)
+        assert(cpu_is_f32(raw[j]) && glm53_tensor_rows(raw[j]) == N && cpu_cols(w[j]) == K &&
+               glm53_tensor_rows(w[j]) == cpu_cols(raw[j]));
+    assert(cpu_cols(raw[2]) == H * dv && cpu_cols(g) == H * dk);
+    if (dk > 256 || dv > 256)
+        return GLM53_FAIL(GLM53_ERR_UNSUPPORTED, "kda_sequences: head widths %lld, %lld > 256", (long long)dk,
+                          (long long)dv);
+    kda_seqs_ctx c = {.o = o->data, .g = g->data, .beta = beta->data, .seqs = seqs, .H = H, .dk = dk, .dv = dv,
+                      .K = K, .eps = eps, .q_scale = q_scale};
+    float *decoded[3] = {NULL, NULL, NULL};
+    glm53_status st = GLM53_OK;
+    bool all_kept = true;
+    for (int32_t i = 0; i < n_seqs; i++) {
+        const int32_t *sl = seqs[i].slots->data;
+        assert(seqs[i].states->shape[1] == H && seqs[i].states->shape[2] == dk && seqs[i].states->shape[3] == dv);
+        for (int64_t t = 1; t <= seqs[i].n_rows; t++) all_kept = all_kept && sl[t] >= 0;
+    }
+    for (int j = 0; j < 3 && st == GLM53_OK; j++) {
+        c.raw[j] = raw[j]->data;
+        if (w[j]->dtype == GLM53_F32 || w[j]->dtype == GLM53_BF16) {
+            c.w[j] = w[j]->data;
+            c.w_bf16[j] = w[j]->dtype == GLM53_BF16;
+        } else {   /* F16 (or an unsupported dtype: the error) */
+            bool owned;
+            const float *p = cpu_param_f32(w[j], &owned, &st);
+            decoded[j] = (float *)p;
+            c.w[j] = p;
+            c.w_bf16[j] = false;
+        }
+    }
+    if (st == GLM53_OK && !all_kept) {
+        c.scratch = malloc((size_t)(n_seqs * H * dk * dv) * sizeof(float));
+        if (!c.scratch) st = GLM53_FAIL(GLM53_ERR_OUT_OF_MEMORY, "kda_sequences: no memory for the states");
+    }
+    if (st == GLM53_OK) {
+        int64_t rows = 0;
+        for (int32_t i = 0; i < n_seqs; i++) rows += seqs[i].n_rows;
+        int64_t per_item = (rows / (n_seqs > 0 ? n_seqs : 1) + 1) * (2 * 3 * dk * K + 8 * dk * dv);
+        cpu_parallel_for(be, (int64_t)n_seqs * H, per_item, CPU_BUILD(be, kda_seqs_run), &c);
+    }
+    free(c.scratch);
+    for (int j = 0; j < 3; j++) free(decoded[j]);
+    return st;
+}

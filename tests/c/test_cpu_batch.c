@@ -12,7 +12,9 @@
  *                order, the block's tail columns one by one; fmaf in the FMA builds);
  *   mhc_pre, mhc_post, kda_recurrent, sparse_mla
  *                equal the plain scalar loops of the formula (the kernels these replaced, copied here), for the
- *                baseline and the AVX2 build, and a row's results do not depend on the rows beside it.
+ *                baseline and the AVX2 build, and a row's results do not depend on the rows beside it;
+ *   kda_sequences (the fused per-sequence part of a KDA layer) equals the chain of ops it replaces, with its
+ *                outputs, states and conv rings.
  *
  * The references are compiled with the project's flags (no FMA at -march=x86-64-v2), so "a * b + c" below is a
  * multiply and an add, as in the baseline and AVX2 builds of the model ops.
@@ -357,6 +359,148 @@ static void test_kda(void) {
 }
 
 /* ------------------------------------------------------------------------------------------------------------
+ * kda_sequences: the fused per-sequence part of a KDA layer against the chain of ops it replaces (kda_forward's
+ * loop: conv window, SiLU, ring write, L2 norms, recurrence), sequence by sequence
+ */
+typedef struct {
+    int64_t T, pos0, ring, conv_width;
+} kda_seq_case;
+
+static void kda_chain(glm53_backend *be, glm53_tensor *o, glm53_tensor *raw[3], glm53_tensor *w[3],
+                      const glm53_tensor *g, const glm53_tensor *beta, const glm53_kda_seq *sq, int64_t H, int64_t dk,
+                      float q_scale) {
+    int64_t T = sq->n_rows, K = w[0]->shape[1], C = H * dk, n_zero = K - 1 - sq->n_hist;
+    glm53_tensor cq[3];
+    for (int j = 0; j < 3; j++) {
+        glm53_tensor xpad = tensor(GLM53_F32, 2, T + K - 1, C, 0, 0);   /* calloc: the zero rows */
+        if (sq->n_hist > 0) {
+            glm53_tensor hist = glm53_tensor_rows_view(&xpad, n_zero, sq->n_hist);
+            CHECK(cpu_gather_rows(be, &hist, sq->conv[j], sq->conv_hist) == GLM53_OK, "gather");
+        }
+        memcpy(f32(&xpad) + (K - 1) * C, f32(raw[j]) + sq->row0 * C, sizeof(float) * (size_t)(T * C));
+        cq[j] = tensor(GLM53_F32, 2, T, C, 0, 0);
+        CHECK(cpu_conv1d_causal(be, &cq[j], &xpad, w[j]) == GLM53_OK, "conv");
+        CHECK(cpu_unary(be, &cq[j], &cq[j], GLM53_UNARY_SILU) == GLM53_OK, "silu");
+        glm53_tensor kept = glm53_tensor_rows_view(raw[j], sq->row0 + T - sq->n_write, sq->n_write);
+        CHECK(cpu_scatter_rows(be, sq->conv[j], &kept, sq->conv_write) == GLM53_OK, "scatter");
+        free(xpad.data);
+    }
+    glm53_tensor qh = glm53_tensor_reshape(&cq[0], 2, T * H, dk, 0), kh = glm53_tensor_reshape(&cq[1], 2, T * H, dk, 0);
+    CHECK(cpu_l2norm(be, &qh, &qh, 1e-6f, q_scale) == GLM53_OK && cpu_l2norm(be, &kh, &kh, 1e-6f, 1.0f) == GLM53_OK,
+          "l2norm");
+    glm53_tensor q3 = glm53_tensor_reshape(&cq[0], 3, T, H, dk), k3 = glm53_tensor_reshape(&cq[1], 3, T, H, dk);
+    glm53_tensor v3 = glm53_tensor_reshape(&cq[2], 3, T, H, dk), o3 = glm53_tensor_rows_view(o, sq->row0, T);
+    glm53_tensor g_rows = glm53_tensor_rows_view(g, sq->row0, T), b_rows = glm53_tensor_rows_view(beta, sq->row0, T);
+    glm53_tensor g3 = glm53_tensor_reshape(&g_rows, 3, T, H, dk);
+    CHECK(cpu_kda_recurrent(be, &o3, &q3, &k3, &v3, &g3, &b_rows, sq->states, sq->slots) == GLM53_OK, "recurrent");
+    for (int j = 0; j < 3; j++) free(cq[j].data);
+}
+
+static void test_kda_sequences(void) {
+    TEST_CASE("kda_sequences: the op-by-op chain of kda_forward, bit for bit (decode, prefill, sequence starts)") {
+        /* rows per sequence, its position, state ring and conv ring width (K - 1 + rollback) */
+        static const kda_seq_case cases[] = {
+            {1, 9, 1, 3}, {1, 0, 1, 3}, {1, 1, 6, 8}, {5, 0, 3, 5}, {4, 17, 2, 4}, {1, 2, 6, 8}, {7, 3, 6, 8},
+        };
+        const int n = sizeof cases / sizeof *cases;
+        const int64_t H = 4, dk = 16, K = 4, C = H * dk;
+        const float q_scale = 0.25f;
+        glm53_dtype w_dtypes[3] = {GLM53_BF16, GLM53_F32, GLM53_BF16};
+        int64_t N = 0;
+        for (int i = 0; i < n; i++) N += cases[i].T;
+        glm53_tensor raw[3], w[3], *rawp[3], *wp[3];
+        for (int j = 0; j < 3; j++) {
+            raw[j] = tensor(GLM53_F32, 2, N, C, 0, 0), w[j] = tensor(w_dtypes[j], 2, C, K, 0, 0);
+            fill(&raw[j], 1.0f), fill(&w[j], 0.5f);
+            rawp[j] = &raw[j], wp[j] = &w[j];
+        }
+        glm53_tensor g = tensor(GLM53_F32, 2, N, C, 0, 0), beta = tensor(GLM53_F32, 2, N, H, 0, 0);
+        fill(&g, 0.1f), fill(&beta, 0.3f);
+        for (int64_t i = 0; i < N * C; i++) f32(&g)[i] = -fabsf(f32(&g)[i]);
+        /* two copies of every sequence's rings: one for the fused op, one for the chain */
+        glm53_kda_seq seqs[2][16];
+        glm53_tensor rings[2][16][3], states[2][16], meta[16][3];
+        int64_t row = 0;
+        for (int i = 0; i < n; i++) {
+            const kda_seq_case *k = &cases[i];
+            int64_t n_hist = k->pos0 < K - 1 ? k->pos0 : K - 1, n_write = k->T < k->conv_width ? k->T : k->conv_width;
+            meta[i][0] = tensor(GLM53_I32, 1, k->T + 1, 0, 0, 0);   /* state slots, as step.c makes them */
+            int32_t *sl = meta[i][0].data;
+            sl[0] = (int32_t)(k->pos0 % k->ring);
+            for (int64_t t = 0; t < k->T; t++) sl[1 + t] = t >= k->T - k->ring ? (int32_t)((k->pos0 + t + 1) % k->ring) : -1;
+            meta[i][1] = tensor(GLM53_I32, 1, n_hist > 0 ? n_hist : 1, 0, 0, 0);
+            for (int64_t j = 0; j < n_hist; j++)
+                ((int32_t *)meta[i][1].data)[j] = (int32_t)((k->pos0 - n_hist + j) % k->conv_width);
+            meta[i][2] = tensor(GLM53_I32, 1, n_write, 0, 0, 0);
+            for (int64_t j = 0; j < n_write; j++)
+                ((int32_t *)meta[i][2].data)[j] = (int32_t)((k->pos0 + k->T - n_write + j) % k->conv_width);
+            for (int c = 0; c < 2; c++) {
+                states[c][i] = tensor(GLM53_F32, 4, k->ring, H, dk, dk);
+                for (int j = 0; j < 3; j++) rings[c][i][j] = tensor(GLM53_F32, 2, k->conv_width, C, 0, 0);
+            }
+            fill(&states[0][i], 1.0f);
+            for (int j = 0; j < 3; j++) fill(&rings[0][i][j], 1.0f);
+            memcpy(states[1][i].data, states[0][i].data, glm53_tensor_nbytes(&states[0][i]));
+            for (int j = 0; j < 3; j++) memcpy(rings[1][i][j].data, rings[0][i][j].data, glm53_tensor_nbytes(&rings[0][i][j]));
+            for (int c = 0; c < 2; c++)
+                seqs[c][i] = (glm53_kda_seq){.row0 = row, .n_rows = k->T, .n_hist = n_hist, .conv_hist = &meta[i][1],
+                                             .n_write = n_write, .conv_write = &meta[i][2],
+                                             .conv = {&rings[c][i][0], &rings[c][i][1], &rings[c][i][2]},
+                                             .states = &states[c][i], .slots = &meta[i][0]};
+            row += k->T;
+        }
+        glm53_tensor o_chain = tensor(GLM53_F32, 3, N, H, dk, 0);
+        for (int i = 0; i < n; i++) kda_chain(backends[0], &o_chain, rawp, wp, &g, &beta, &seqs[1][i], H, dk, q_scale);
+        for (int bi = 0; bi < n_builds; bi++) {
+            if (builds[bi].avx512) continue;
+            use_build(&builds[bi]);
+            for (int t = 0; t < N_THREADS; t++) {
+                glm53_tensor o = tensor(GLM53_F32, 3, N, H, dk, 0);
+                /* fresh copies of the rings and states for each run: the op updates them */
+                glm53_tensor st[16], rg[16][3];
+                glm53_kda_seq run[16];
+                for (int i = 0; i < n; i++) {
+                    run[i] = seqs[0][i];
+                    st[i] = tensor(GLM53_F32, 4, cases[i].ring, H, dk, dk);
+                    memcpy(st[i].data, states[0][i].data, glm53_tensor_nbytes(&st[i]));
+                    run[i].states = &st[i];
+                    for (int j = 0; j < 3; j++) {
+                        rg[i][j] = tensor(GLM53_F32, 2, cases[i].conv_width, C, 0, 0);
+                        memcpy(rg[i][j].data, rings[0][i][j].data, glm53_tensor_nbytes(&rg[i][j]));
+                        run[i].conv[j] = &rg[i][j];
+                    }
+                }
+                const glm53_tensor *craw[3] = {&raw[0], &raw[1], &raw[2]}, *cw[3] = {&w[0], &w[1], &w[2]};
+                CHECK(cpu_kda_sequences(backends[t], &o, craw, cw, &g, &beta, run, n, 1e-6f, q_scale) == GLM53_OK,
+                      "kda_sequences");
+                int bad = differing(f32(&o), f32(&o_chain), N * H * dk);
+                for (int i = 0; i < n; i++) {
+                    bad += memcmp(st[i].data, states[1][i].data, glm53_tensor_nbytes(&st[i])) != 0;
+                    for (int j = 0; j < 3; j++)
+                        bad += memcmp(rg[i][j].data, rings[1][i][j].data, glm53_tensor_nbytes(&rg[i][j])) != 0;
+                }
+                CHECK(bad == 0, "%s build, %d threads: %d of the outputs, states and conv rings differ from the chain",
+                      builds[bi].name, t + 1, bad);
+                free(o.data);
+                for (int i = 0; i < n; i++) {
+                    free(st[i].data);
+                    for (int j = 0; j < 3; j++) free(rg[i][j].data);
+                }
+            }
+        }
+        free(o_chain.data), free(g.data), free(beta.data);
+        for (int j = 0; j < 3; j++) free(raw[j].data), free(w[j].data);
+        for (int i = 0; i < n; i++) {
+            for (int c = 0; c < 2; c++) {
+                free(states[c][i].data);
+                for (int j = 0; j < 3; j++) free(rings[c][i][j].data);
+            }
+            for (int j = 0; j < 3; j++) free(meta[i][j].data);
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------------------------------------------
  * sparse_mla: the plain loops over kv_b decoded to F32
  */
 static void mla_ref(float *o, const float *q, const float *latent, const int32_t *idx, const float *wkv, int64_t T,
@@ -443,6 +587,7 @@ int main(void) {
     test_matmul();
     test_mhc();
     test_kda();
+    test_kda_sequences();
     test_sparse_mla();
 
     for (int t = 0; t < N_THREADS; t++) backends[t]->ops->destroy(backends[t]);
