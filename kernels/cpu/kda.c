@@ -62,6 +62,25 @@ glm53_status cpu_conv1d_causal(glm53_backend *be, glm53_tensor *y, const glm53_t
 /* ------------------------------------------------------------------------------------------------------------
  * KDA
  */
+typedef struct {
+    float *g;
+    const float *f, *a_log, *dt_bias;
+    int64_t C, dk;
+    int32_t has_lower_bound;
+    float lower_bound;
+} gate_job;
+
+static void gate_rows(void *ctx, int64_t begin, int64_t end) {
+    const gate_job *job = ctx;
+    const int64_t C = job->C;
+    for (int64_t n = begin; n < end; n++)
+        for (int64_t ch = 0; ch < C; ch++) {
+            float rate = expf(job->a_log[ch / job->dk]), u = job->f[n * C + ch] + job->dt_bias[ch];
+            job->g[n * C + ch] = job->has_lower_bound ? job->lower_bound * cpu_sigmoid(rate * u)
+                                                      : -rate * (u > 20.0f ? u : log1pf(expf(u)));
+        }
+}
+
 glm53_status cpu_kda_gate(glm53_backend *be, glm53_tensor *g, const glm53_tensor *f, const glm53_tensor *A_log,
                           const glm53_tensor *dt_bias, int32_t has_lower_bound, float lower_bound) {
     int64_t N = f->shape[0], C = f->shape[1], heads = glm53_tensor_numel(A_log), dk = C / heads;
@@ -70,14 +89,8 @@ glm53_status cpu_kda_gate(glm53_backend *be, glm53_tensor *g, const glm53_tensor
     glm53_status st = param_get(A_log, &a);
     if (st == GLM53_OK) st = param_get(dt_bias, &dt);
     if (st == GLM53_OK) {
-        const float *fv = f->data;
-        float *gv = g->data;
-        for (int64_t n = 0; n < N; n++)
-            for (int64_t ch = 0; ch < C; ch++) {
-                float rate = expf(a.v[ch / dk]), u = fv[n * C + ch] + dt.v[ch];
-                gv[n * C + ch] = has_lower_bound ? lower_bound * cpu_sigmoid(rate * u)
-                                                 : -rate * (u > 20.0f ? u : log1pf(expf(u)));
-            }
+        gate_job job = {g->data, f->data, a.v, dt.v, C, dk, has_lower_bound, lower_bound};
+        cpu_parallel_for(be, N, 40 * C, gate_rows, &job);   /* two exponentials and a logarithm per element */
     }
     param_release(&a);
     param_release(&dt);
