@@ -25,8 +25,11 @@ has the whole story):
      penalty history, position by position. A Lua policy: the policy picks at each verified row from the
      target's candidates, and a draft stands while it equals the pick (exact for any policy: every emitted token
      is the policy's own pick, in order).
-  4. Roll back. seq:truncate to the accepted length (the KDA states come from the ring: sequences are made with
-     max_rollback = k + 1), MTP caches truncated to the verified length.
+  4. Roll back. seq:truncate to the accepted length (the KDA states come from the ring: the sequences of streams
+     that draft, and of prefixes, are made with max_rollback = k + 1), MTP caches truncated to the verified
+     length. A stream that never drafts (its k = 0) and has no policy (which may end it at a row it does not keep)
+     never rolls back: its sequence keeps a ring of one state, updated in place, which halves the state memory a
+     decode step moves.
 
 A draft policy decides, each round, how deep to draft: a function draft(ctx, depth, token, prob) -> keep
 [, replacement], or a table with :keep(ctx, depth, token, prob) and optionally :depth(ctx) (the most drafts this
@@ -527,10 +530,11 @@ local function new_stream(self, prompt, k, capacity)
     }, Stream)
 end
 
--- The options of the sequences the driver makes (new ones and forks): every one can roll back a round; capture is
--- a stream's capture option, nil for none (a fork does not inherit its source's).
-function Driver:_seq_opts(max_tokens, capture)
-    return { max_tokens = max_tokens, max_rollback = self.k + 1, capture = capture or {} }
+-- The options of the sequences the driver makes (new ones and forks): each can roll back a round, unless
+-- no_rollback (a stream that never drafts); capture is a stream's capture option, nil for none (a fork does not
+-- inherit its source's).
+function Driver:_seq_opts(max_tokens, capture, no_rollback)
+    return { max_tokens = max_tokens, max_rollback = no_rollback and 0 or self.k + 1, capture = capture or {} }
 end
 
 -- Makes the stream's sequence, with its own capacity and capture: a fork of its prefix at the prefix's length, or a
@@ -538,7 +542,8 @@ end
 function Driver:_start(s)
     local seq, err
     local pre = s.prefix
-    local opts = self:_seq_opts(s.capacity, s.capture)
+    -- Only a stream that drafts, or whose policy may end it at a row it does not keep, ever rolls back.
+    local opts = self:_seq_opts(s.capacity, s.capture, s.k == 0 and not s.policy and not s.is_prefix)
     if pre then
         if pre.seq == nil then return nil, "driver: the prefix was freed before the stream started" end
         seq, err = pre.seq:fork(pre.L, opts)
@@ -609,7 +614,7 @@ function Driver:prefix(prompt, opts)
     end
     if not s then
         s = new_stream(self, prompt, self.k, capacity)
-        s.reused = 0
+        s.reused, s.is_prefix = 0, true   -- before _start: a prefix keeps the rollback window (d:prefix's from)
         ok, err = self:_start(s)
         if not ok then return nil, err end
     end
