@@ -8,8 +8,10 @@
 
 #include <stdlib.h>
 
-/* Below this many flops a run stays on the caller: waking workers costs a few microseconds. */
-enum { CPU_PARALLEL_MIN_COST = 1 << 16 };
+/* Below this cost a run stays on the caller. The unit is about a flop of a vectorised kernel (some 50 per ns on
+ * one core here): 2^18 is 3-5 us of work, about where handing half of it to a spinning worker (a microsecond or
+ * so) starts to pay; ops made of exponentials and divisions count those at their cost. */
+enum { CPU_PARALLEL_MIN_COST = 1 << 18 };
 
 void cpu_parallel_for(glm53_backend *be, int64_t n_items, int64_t cost_per_item, glm53_pool_fn fn, void *ctx) {
     if (n_items <= 0) return;

@@ -27,8 +27,9 @@ typedef struct cpu_backend {
 
 static inline cpu_backend *cpu_impl(glm53_backend *be) { return (cpu_backend *)be->impl; }
 
-/* Runs fn over [0, n_items) on the pool, or inline when n_items * cost_per_item (rough flops) is too small to
- * pay for waking the workers. */
+/* Runs fn over [0, n_items) on the pool, or inline when n_items * cost_per_item (rough flops; an exponential or a
+ * division counts CPU_COST_EXP) is too small to pay for handing work to the workers. */
+enum { CPU_COST_EXP = 300 };
 void cpu_parallel_for(glm53_backend *be, int64_t n_items, int64_t cost_per_item, glm53_pool_fn fn, void *ctx);
 
 /* At least `bytes` of memory for the op running now (64-byte aligned), reused by the next op: a step's large

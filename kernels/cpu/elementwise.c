@@ -53,7 +53,7 @@ glm53_status cpu_unary(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x
     assert(glm53_tensor_numel(y) == glm53_tensor_numel(x));
     assert(op >= GLM53_UNARY_SIGMOID && op <= GLM53_UNARY_RELU);
     unary_job job = {.y = y->data, .x = x->data, .op = op};
-    cpu_parallel_for(be, glm53_tensor_numel(x), 20, unary_range, &job);
+    cpu_parallel_for(be, glm53_tensor_numel(x), op == GLM53_UNARY_RELU ? 1 : CPU_COST_EXP, unary_range, &job);
     return GLM53_OK;
 }
 
@@ -157,6 +157,6 @@ glm53_status cpu_swiglu(glm53_backend *be, glm53_tensor *y, const glm53_tensor *
     int64_t n = glm53_tensor_numel(y);
     assert(glm53_tensor_numel(gate) == n && glm53_tensor_numel(up) == n);
     swiglu_job job = {.y = y->data, .gate = gate->data, .up = up->data, .limit = limit};
-    cpu_parallel_for(be, n, 20, swiglu_range, &job);
+    cpu_parallel_for(be, n, CPU_COST_EXP, swiglu_range, &job);
     return GLM53_OK;
 }

@@ -90,7 +90,7 @@ glm53_status cpu_kda_gate(glm53_backend *be, glm53_tensor *g, const glm53_tensor
     if (st == GLM53_OK) st = param_get(dt_bias, &dt);
     if (st == GLM53_OK) {
         gate_job job = {g->data, f->data, a.v, dt.v, C, dk, has_lower_bound, lower_bound};
-        cpu_parallel_for(be, N, 40 * C, gate_rows, &job);   /* two exponentials and a logarithm per element */
+        cpu_parallel_for(be, N, 3 * CPU_COST_EXP * C, gate_rows, &job);   /* two exponentials and a logarithm */
     }
     param_release(&a);
     param_release(&dt);
@@ -185,7 +185,7 @@ glm53_status cpu_kda_recurrent(glm53_backend *be, glm53_tensor *o, const glm53_t
         if (!scratch) return GLM53_FAIL(GLM53_ERR_OUT_OF_MEMORY, "kda_recurrent: no memory for the state");
     }
     kda_ctx c = {o->data, q->data, k->data, v->data, g->data, beta->data, states->data, sl, T, H, dk, dv, scratch};
-    cpu_parallel_for(be, H, T * dk * dv * 4, CPU_BUILD(be, kda_run), &c);
+    cpu_parallel_for(be, H, T * (dk * dv * 8 + CPU_COST_EXP * dk), CPU_BUILD(be, kda_run), &c);
     free(scratch);
     return GLM53_OK;
 }
@@ -306,7 +306,8 @@ glm53_status cpu_kda_sequences(glm53_backend *be, glm53_tensor *o, const glm53_t
     if (st == GLM53_OK) {
         int64_t rows = 0;
         for (int32_t i = 0; i < n_seqs; i++) rows += seqs[i].n_rows;
-        int64_t per_item = (rows / (n_seqs > 0 ? n_seqs : 1) + 1) * (2 * 3 * dk * K + 8 * dk * dv);
+        int64_t per_item = (rows / (n_seqs > 0 ? n_seqs : 1) + 1) *
+                           (2 * 3 * dk * K + 8 * dk * dv + CPU_COST_EXP * (3 * dk + dk));   /* SiLU, decay */
         cpu_parallel_for(be, (int64_t)n_seqs * H, per_item, CPU_BUILD(be, kda_seqs_run), &c);
     }
     free(c.scratch);

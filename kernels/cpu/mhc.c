@@ -161,7 +161,10 @@ glm53_status cpu_mhc_pre(glm53_backend *be, glm53_tensor *x, glm53_tensor *post,
     mhc_pre_ctx c = {x->data, post->data, comb->data, H->data, in_place ? fn->data : fn32,
                      in_place && fn->dtype == GLM53_BF16, b, s, N, S, D, rms_eps, hc_eps, sinkhorn_iters};
     int64_t n_groups = (N + MHC_GROUP - 1) / MHC_GROUP;
-    cpu_parallel_for(be, n_groups, MHC_GROUP * (2 + S) * S * S * D, CPU_BUILD(be, mhc_pre_run), &c);
+    /* per group: the projection, and the Sinkhorn's divisions (a vector of 8 each) and exponentials */
+    int64_t group_cost = MHC_GROUP * 2 * (2 + S) * S * S * D + sinkhorn_iters * 2 * S * S * CPU_COST_EXP / 4 +
+                         MHC_GROUP * (2 * S + S * S) * CPU_COST_EXP;
+    cpu_parallel_for(be, n_groups, group_cost, CPU_BUILD(be, mhc_pre_run), &c);
     free(fn32);
     return GLM53_OK;
 }

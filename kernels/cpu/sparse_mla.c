@@ -100,7 +100,8 @@ glm53_status cpu_sparse_mla(glm53_backend *be, glm53_tensor *o, const glm53_tens
     assert(kv_b->shape[0] == H * (dk + dv) && kv_b->shape[1] == R && idx->shape[0] == T);
     mla_ctx c = {be, o->data, q->data, latent->data, idx->data, kv_b, T, H, dk, dv, R, idx->shape[1],
                  latent->shape[0], scale, false};
-    cpu_parallel_for(be, H, T * idx->shape[1] * R * 2 + (dk + dv) * R, CPU_BUILD(be, sparse_mla_run), &c);
+    cpu_parallel_for(be, H, T * (idx->shape[1] * (4 * R + CPU_COST_EXP) + 2 * (dk + dv) * R),
+                     CPU_BUILD(be, sparse_mla_run), &c);
     if (c.failed) return GLM53_FAIL(GLM53_ERR_OUT_OF_MEMORY, "sparse_mla: no memory for a head's weights");
     return GLM53_OK;
 }
