@@ -89,6 +89,27 @@ WIDE_INLINE void wide_halves_sum(v16f a, float *lo, float *hi) {
     *hi = t[8];
 }
 
+/* The v8f_sum of each of the 8 halves of a0..a3, in output order (a_q's lanes 0-7, then 8-15): the three levels
+ * of ((v0 + v4) + (v1 + v5)) + ((v2 + v6) + (v3 + v7)), each a shuffle and an add over four or eight halves at
+ * once, with the same pairs added at every level as wide_halves_sum (and v8f_sum) add. */
+WIDE_INLINE __m256 wide_sums8(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
+    /* level 1: 128-bit block 0 of t gets lanes 0-3 + 4-7 of half 0, block 2 the same of half 1 */
+    __m512 t0 = _mm512_add_ps(a0, _mm512_shuffle_f32x4(a0, a0, _MM_SHUFFLE(2, 3, 0, 1)));
+    __m512 t1 = _mm512_add_ps(a1, _mm512_shuffle_f32x4(a1, a1, _MM_SHUFFLE(2, 3, 0, 1)));
+    __m512 t2 = _mm512_add_ps(a2, _mm512_shuffle_f32x4(a2, a2, _MM_SHUFFLE(2, 3, 0, 1)));
+    __m512 t3 = _mm512_add_ps(a3, _mm512_shuffle_f32x4(a3, a3, _MM_SHUFFLE(2, 3, 0, 1)));
+    /* the four level-1 quadruples of outputs 0-3, and of outputs 4-7, one per block */
+    __m512 c0 = _mm512_shuffle_f32x4(t0, t1, _MM_SHUFFLE(2, 0, 2, 0));
+    __m512 c1 = _mm512_shuffle_f32x4(t2, t3, _MM_SHUFFLE(2, 0, 2, 0));
+    /* level 2: lanes 0 and 2 of each block get u0 + u1 and u2 + u3; level 3: lane 0 gets their sum */
+    c0 = _mm512_add_ps(c0, _mm512_permute_ps(c0, _MM_SHUFFLE(2, 3, 0, 1)));
+    c1 = _mm512_add_ps(c1, _mm512_permute_ps(c1, _MM_SHUFFLE(2, 3, 0, 1)));
+    c0 = _mm512_add_ps(c0, _mm512_permute_ps(c0, _MM_SHUFFLE(1, 0, 3, 2)));
+    c1 = _mm512_add_ps(c1, _mm512_permute_ps(c1, _MM_SHUFFLE(1, 0, 3, 2)));
+    const __m512i lane0s = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 28, 24, 20, 16, 12, 8, 4, 0);
+    return _mm512_castps512_ps256(_mm512_permutex2var_ps(c0, lane0s, c1));
+}
+
 /* acc[i * acc_stride + 2q + h] += (x row i) . (w row 2q + h) over kb columns, for i < nx, q < np, h < 2: the
  * packed pairs `pairs` (np of them, nc chunks each) for the whole chunks, w itself (rows w, `w_stride` apart) for
  * the last kb mod 8 columns. */
@@ -108,6 +129,17 @@ WIDE_INLINE void wide_tile(const float *x, int64_t x_stride, const float *pairs,
             for (int q = 0; q < np; q++)
                 a[i][q] = _mm512_fmadd_ps(xv, _mm512_load_ps(pairs + (q * nc + c) * 16), a[i][q]);
         }
+    }
+    if (8 * nc == kb && np % 4 == 0) {   /* no tail columns: eight sums at a time (wide_sums8) */
+#pragma GCC unroll 8
+        for (int i = 0; i < nx; i++)
+#pragma GCC unroll 8
+            for (int q = 0; q < np; q += 4) {
+                float *out = acc + i * acc_stride + 2 * q;
+                __m256 sums = wide_sums8(a[i][q], a[i][q + 1], a[i][q + 2], a[i][q + 3]);
+                _mm256_storeu_ps(out, _mm256_add_ps(_mm256_loadu_ps(out), sums));
+            }
+        return;
     }
 #pragma GCC unroll 8
     for (int i = 0; i < nx; i++)
