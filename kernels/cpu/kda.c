@@ -200,20 +200,41 @@ glm53_status cpu_kda_recurrent(glm53_backend *be, glm53_tensor *o, const glm53_t
 typedef struct {
     float *o;                           /* [N, H, dv] */
     const float *raw[3];                /* [N, H * width[j]] */
-    const void *w[3];                   /* [H * width[j], K], F32 or BF16 (w_bf16) */
-    bool w_bf16[3];
+    const float *wt[3];                 /* the conv weights transposed, [K, H * width[j]] F32 */
     const float *g, *beta;              /* [N, H * dk], [N, H] */
     const glm53_kda_seq *seqs;
     int64_t H, dk, dv, K;
     float eps, q_scale;
     float *scratch;                     /* [n_seqs, H, dk, dv] states of unkept rows, or NULL */
+    const float *zeros;                 /* [max width] the rows before a sequence's start */
 } kda_seqs_ctx;
+
+/* SiLU of the conv of one head's channels [c0, c0 + width) at one row: y[i] = silu(sum over taps in order of
+ * wt[tap][c0 + i] * src[tap][i]), 8 channels at a time; conv1d_causal's and SiLU's operations per element. */
+CPU_INLINE void conv_silu(float *y, const float *const *src, const float *wt, int64_t C, int64_t c0, int64_t K,
+                          int64_t width) {
+    int64_t i = 0;
+    for (; i + 8 <= width; i += 8) {
+        v8f acc = v8f_splat(0.0f);
+        for (int64_t tap = 0; tap < K; tap++) acc += v8f_load(wt + tap * C + c0 + i) * v8f_load(src[tap] + i);
+        v8f e;
+        for (int l = 0; l < 8; l++) e[l] = expf(-acc[l]);
+        v8f out = acc / (v8f_splat(1.0f) + e);
+        memcpy(y + i, &out, sizeof out);
+    }
+    for (; i < width; i++) {
+        float acc = 0.0f;
+        for (int64_t tap = 0; tap < K; tap++) acc += wt[tap * C + c0 + i] * src[tap][i];
+        y[i] = acc / (1.0f + expf(-acc));
+    }
+}
 
 CPU_INLINE void kda_seq_heads(void *vctx, int64_t begin, int64_t end) {
     const kda_seqs_ctx *c = vctx;
     const int64_t H = c->H, dk = c->dk, dv = c->dv, K = c->K, width[3] = {dk, dk, dv};
-    enum { MAX_WIDTH = 256 };
+    enum { MAX_WIDTH = 256, MAX_K = 16 };
     float qkv[3][MAX_WIDTH];
+    const float *src[MAX_K];
     for (int64_t item = begin; item < end; item++) {
         const int64_t si = item / H, h = item % H;
         const glm53_kda_seq *sq = &c->seqs[si];
@@ -224,20 +245,16 @@ CPU_INLINE void kda_seq_heads(void *vctx, int64_t begin, int64_t end) {
         for (int64_t t = 0; t < T; t++) {
             const int64_t row = sq->row0 + t;
             for (int j = 0; j < 3; j++) {
-                const int64_t Cj = H * width[j];
+                /* the K rows of [zeros | history | new rows] row t sees, at this head's channels */
+                const int64_t Cj = H * width[j], c0 = h * width[j];
                 const float *ring = sq->conv[j]->data;
-                for (int64_t i = 0; i < width[j]; i++) {
-                    const int64_t ch = h * width[j] + i;
-                    float acc = 0.0f;
-                    for (int64_t tap = 0; tap < K; tap++) {
-                        int64_t r = t + tap;   /* row of [zeros | history | new rows] */
-                        float x = r < n_zero ? 0.0f
-                                  : r < K - 1 ? ring[(int64_t)hist[r - n_zero] * Cj + ch]
-                                              : c->raw[j][(sq->row0 + r - (K - 1)) * Cj + ch];
-                        acc += cpu_w1(c->w[j], K, c->w_bf16[j], ch, tap) * x;
-                    }
-                    qkv[j][i] = acc / (1.0f + expf(-acc));   /* SiLU, as elementwise.c's */
+                for (int64_t tap = 0; tap < K; tap++) {
+                    int64_t r = t + tap;
+                    src[tap] = r < n_zero ? c->zeros
+                               : r < K - 1 ? ring + (int64_t)hist[r - n_zero] * Cj + c0
+                                           : c->raw[j] + (sq->row0 + r - (K - 1)) * Cj + c0;
                 }
+                conv_silu(qkv[j], src, c->wt[j], Cj, c0, K, width[j]);
             }
             float inv_q = 1.0f / sqrtf(cpu_dot(qkv[0], qkv[0], dk) + c->eps);
             for (int64_t i = 0; i < dk; i++) qkv[0][i] = qkv[0][i] * inv_q * c->q_scale;
@@ -276,9 +293,9 @@ glm53_status cpu_kda_sequences(glm53_backend *be, glm53_tensor *o, const glm53_t
     if (dk > 256 || dv > 256)
         return GLM53_FAIL(GLM53_ERR_UNSUPPORTED, "kda_sequences: head widths %lld, %lld > 256", (long long)dk,
                           (long long)dv);
+    if (K > 16) return GLM53_FAIL(GLM53_ERR_UNSUPPORTED, "kda_sequences: conv kernel %lld > 16", (long long)K);
     kda_seqs_ctx c = {.o = o->data, .g = g->data, .beta = beta->data, .seqs = seqs, .H = H, .dk = dk, .dv = dv,
                       .K = K, .eps = eps, .q_scale = q_scale};
-    float *decoded[3] = {NULL, NULL, NULL};
     glm53_status st = GLM53_OK;
     bool all_kept = true;
     for (int32_t i = 0; i < n_seqs; i++) {
@@ -286,19 +303,27 @@ glm53_status cpu_kda_sequences(glm53_backend *be, glm53_tensor *o, const glm53_t
         assert(seqs[i].states->shape[1] == H && seqs[i].states->shape[2] == dk && seqs[i].states->shape[3] == dv);
         for (int64_t t = 1; t <= seqs[i].n_rows; t++) all_kept = all_kept && sl[t] >= 0;
     }
+    /* The conv weights transposed to [K, C] floats (exact for F32, BF16 and F16), so that 8 channels' taps are
+     * one load; then a row of zeros for the history before a sequence's start. */
+    int64_t C3[3] = {cpu_cols(raw[0]), cpu_cols(raw[1]), cpu_cols(raw[2])}, w_floats = 0, max_width = dk > dv ? dk : dv;
+    for (int j = 0; j < 3; j++) w_floats += K * C3[j];
+    float *wt = cpu_scratch(be, (size_t)(w_floats + max_width) * sizeof(float));
+    if (!wt) return GLM53_FAIL(GLM53_ERR_OUT_OF_MEMORY, "kda_sequences: no memory for the conv weights");
     for (int j = 0; j < 3 && st == GLM53_OK; j++) {
         c.raw[j] = raw[j]->data;
-        if (w[j]->dtype == GLM53_F32 || w[j]->dtype == GLM53_BF16) {
-            c.w[j] = w[j]->data;
-            c.w_bf16[j] = w[j]->dtype == GLM53_BF16;
-        } else {   /* F16 (or an unsupported dtype: the error) */
-            bool owned;
-            const float *p = cpu_param_f32(w[j], &owned, &st);
-            decoded[j] = (float *)p;
-            c.w[j] = p;
-            c.w_bf16[j] = false;
-        }
+        float *dst = wt;
+        for (int jj = 0; jj < j; jj++) dst += K * C3[jj];
+        bool owned;
+        const float *w32 = cpu_param_f32(w[j], &owned, &st);   /* F32 as is, BF16 and F16 converted */
+        if (st != GLM53_OK) break;
+        for (int64_t ch = 0; ch < C3[j]; ch++)
+            for (int64_t tap = 0; tap < K; tap++) dst[tap * C3[j] + ch] = w32[ch * K + tap];
+        if (owned) free((void *)w32);
+        c.wt[j] = dst;
     }
+    float *zeros = wt + w_floats;
+    for (int64_t i = 0; i < max_width; i++) zeros[i] = 0.0f;
+    c.zeros = zeros;
     if (st == GLM53_OK && !all_kept) {
         c.scratch = malloc((size_t)(n_seqs * H * dk * dv) * sizeof(float));
         if (!c.scratch) st = GLM53_FAIL(GLM53_ERR_OUT_OF_MEMORY, "kda_sequences: no memory for the states");
@@ -311,6 +336,5 @@ glm53_status cpu_kda_sequences(glm53_backend *be, glm53_tensor *o, const glm53_t
         cpu_parallel_for(be, (int64_t)n_seqs * H, per_item, CPU_BUILD(be, kda_seqs_run), &c);
     }
     free(c.scratch);
-    for (int j = 0; j < 3; j++) free(decoded[j]);
     return st;
 }
