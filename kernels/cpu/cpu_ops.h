@@ -152,6 +152,24 @@ CPU_INLINE float cpu_w1(const void *w, int64_t stride, const bool bf16, int64_t 
 
 enum { CPU_DOT_MAX_NX = 6, CPU_DOT_MAX_NW = 8 };
 
+typedef float v4f __attribute__((vector_size(16)));
+
+/* v8f_sum of each of a0..a3, as a vector: the three levels of ((v0 + v4) + (v1 + v5)) + ((v2 + v6) + (v3 + v7)),
+ * each level's additions done for the four at once, pairing the same operands as v8f_sum. */
+CPU_INLINE v4f cpu_sum4(v8f a0, v8f a1, v8f a2, v8f a3) {
+    /* level 1: u = lanes 0-3 + lanes 4-7, two accumulators per vector */
+    v8f p01 = __builtin_shufflevector(a0, a1, 0, 1, 2, 3, 8, 9, 10, 11) +
+              __builtin_shufflevector(a0, a1, 4, 5, 6, 7, 12, 13, 14, 15);
+    v8f p23 = __builtin_shufflevector(a2, a3, 0, 1, 2, 3, 8, 9, 10, 11) +
+              __builtin_shufflevector(a2, a3, 4, 5, 6, 7, 12, 13, 14, 15);
+    /* level 2: u0 + u1 and u2 + u3 of each */
+    v8f q = __builtin_shufflevector(p01, p23, 0, 2, 4, 6, 8, 10, 12, 14) +
+            __builtin_shufflevector(p01, p23, 1, 3, 5, 7, 9, 11, 13, 15);
+    /* level 3: their sum */
+    v4f lo = __builtin_shufflevector(q, q, 0, 2, 4, 6), hi = __builtin_shufflevector(q, q, 1, 3, 5, 7);
+    return lo + hi;
+}
+
 /* out[i * out_stride + j] += (x row i) . (w row j) over columns [0, k), for i < nx, j < nw (= instead of += when
  * store is set): per pair, 8 lane accumulators (lane = column mod 8, from 0), v8f_sum, then the last k mod 8
  * columns one by one - cpu_dot's arithmetic, so each pair's result is that of cpu_dot on its two rows, whatever nx
@@ -173,6 +191,21 @@ CPU_INLINE void cpu_dot_tile(const float *x, int64_t x_stride, const void *w, in
 #pragma GCC unroll 8
             for (int i = 0; i < nx; i++) a[i][j] += v8f_load(x + i * x_stride + c) * wv;
         }
+    }
+    if (c == k && nw % 4 == 0) {   /* no tail columns: four sums at a time */
+#pragma GCC unroll 8
+        for (int i = 0; i < nx; i++)
+#pragma GCC unroll 8
+            for (int j = 0; j < nw; j += 4) {
+                v4f sums = cpu_sum4(a[i][j], a[i][j + 1], a[i][j + 2], a[i][j + 3]), prev;
+                float *o = out + i * out_stride + j;
+                if (!store) {
+                    memcpy(&prev, o, sizeof prev);
+                    sums = prev + sums;
+                }
+                memcpy(o, &sums, sizeof sums);
+            }
+        return;
     }
 #pragma GCC unroll 8
     for (int i = 0; i < nx; i++)

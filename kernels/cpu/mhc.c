@@ -50,6 +50,26 @@ CPU_INLINE v8f lanes_expf(v8f v) {
 /* 1 / (1 + exp(-z)) per lane: cpu_sigmoid's operations. */
 CPU_INLINE v8f lanes_sigmoid(v8f z) { return v8f_splat(1.0f) / (v8f_splat(1.0f) + lanes_expf(-z)); }
 
+/* sumsq[r] = sum over i in order of (double)h[r][i]^2 for the rows r < rows of a group (rows SD floats apart): the
+ * eight sequential chains side by side in registers (rows past `rows` repeat row 0 and are not used). */
+CPU_INLINE void mhc_sumsq8(const float *h, int64_t SD, int64_t rows, double *sumsq) {
+    const float *p[MHC_GROUP];
+    for (int r = 0; r < MHC_GROUP; r++) p[r] = h + (r < rows ? r : 0) * SD;
+    double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0, s4 = 0.0, s5 = 0.0, s6 = 0.0, s7 = 0.0;
+    for (int64_t i = 0; i < SD; i++) {
+        s0 += (double)p[0][i] * p[0][i];
+        s1 += (double)p[1][i] * p[1][i];
+        s2 += (double)p[2][i] * p[2][i];
+        s3 += (double)p[3][i] * p[3][i];
+        s4 += (double)p[4][i] * p[4][i];
+        s5 += (double)p[5][i] * p[5][i];
+        s6 += (double)p[6][i] * p[6][i];
+        s7 += (double)p[7][i] * p[7][i];
+    }
+    sumsq[0] = s0, sumsq[1] = s1, sumsq[2] = s2, sumsq[3] = s3;
+    sumsq[4] = s4, sumsq[5] = s5, sumsq[6] = s6, sumsq[7] = s7;
+}
+
 /* Group g of rows: [g * MHC_GROUP, +MHC_GROUP) clipped to N. */
 CPU_INLINE void mhc_pre_groups(void *vctx, int64_t g_begin, int64_t g_end) {
     const mhc_pre_ctx *c = vctx;
@@ -62,9 +82,8 @@ CPU_INLINE void mhc_pre_groups(void *vctx, int64_t g_begin, int64_t g_end) {
 
         /* m = (h / rms(h)) . fn^T; the unweighted RMS normalisation commutes with the projection. The sum of
          * squares is a sequential double chain per row; the rows' chains interleave. */
-        double sumsq[MHC_GROUP] = {0};
-        for (int64_t i = 0; i < SD; i++)
-            for (int64_t r = 0; r < rows; r++) sumsq[r] += (double)h0[r * SD + i] * h0[r * SD + i];
+        double sumsq[MHC_GROUP];
+        mhc_sumsq8(h0, SD, rows, sumsq);
         cpu_dot_block(h0, SD, rows, c->fn, SD, c->fn_bf16, SD, n_mix, m, n_mix, true);
         for (int64_t j = 0; j < n_mix; j++) mt[j] = v8f_splat(0.0f);   /* rows past N: zeros, never written */
         for (int64_t r = 0; r < rows; r++) {
