@@ -104,10 +104,34 @@ local function prompt_list(run, s)
     run.prompt_logprobs = list
 end
 
+-- The common case of on_tokens, without the delta tables: plain text (no parser, no logprobs) after the first
+-- delta; one event with the text of the new tokens, when they bring any.
+local function on_plain_tokens(run, job, i, s, c, from, to)
+    local text
+    for t = from, to do
+        local id = s.generated[t]
+        c.tokens = t
+        if not run.stop_ids[id] then
+            local piece, stopped, which = c.detok:push(id)
+            if piece ~= nil and piece ~= "" then
+                c.text[#c.text + 1] = piece
+                text = text and text .. piece or piece
+            end
+            if stopped then
+                c.stopped, c.stop = true, which
+                job:end_choice(i, "stop")
+                break
+            end
+        end
+    end
+    if text then run.on_event({ type = "delta", index = i - 1, text = text, first = false }) end
+end
+
 local function on_tokens(run, job, i, s, from, to)
     local c = run.choices[i]
     if i == 1 then prompt_list(run, s) end
     if c.stopped then return end
+    if c.sent_first and not c.parser and not s.logprobs then return on_plain_tokens(run, job, i, s, c, from, to) end
     local delta = new_delta()
     local tok = run.tok
     for t = from, to do
