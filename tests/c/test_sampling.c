@@ -343,6 +343,41 @@ static void test_edges(void) {
         glm53_sampler_free(greedy);
         glm53_sampler_free(sampled);
     }
+    TEST_CASE("greedy is the first maximum of a scan: ties, -0 and +0, -inf, every size around the vector width") {
+        /* The greedy pass runs four logits at a time; its answer must be the one-at-a-time scan's. */
+        static const float values[] = {0.0f, -0.0f, 1.0f, -1.0f, 2.0f, -INFINITY};
+        int bad = 0;
+        for (int n = 1; n <= 19; n++)
+            for (int rep = 0; rep < 300; rep++) {
+                float row[19];
+                for (int i = 0; i < n; i++) row[i] = values[test_next() % 6];
+                if (rep % 3 == 0) row[test_next() % (uint64_t)n] = 3.0f;   /* a single maximum somewhere */
+                int32_t want = -1;
+                for (int i = 0; i < n; i++)
+                    if (row[i] != -INFINITY && (want < 0 || row[i] > row[want])) want = i;
+                glm53_sampler_params gp = glm53_sampler_default_params();
+                gp.temperature = 0.0f;
+                glm53_sampler *g = make(n, gp);
+                int32_t t = -1;
+                glm53_status st = glm53_sampler_sample(g, row, &t);
+                if (want < 0) bad += st == GLM53_OK;   /* all -inf: an error */
+                else bad += st != GLM53_OK || t != want;
+                glm53_sampler_free(g);
+            }
+        CHECK(bad == 0, "%d rows where greedy is not the scan's first maximum", bad);
+        glm53_sampler_params gp = glm53_sampler_default_params();
+        gp.temperature = 0.0f;
+        for (int n = 5; n <= 11; n++)
+            for (int at = 0; at < n; at++) {   /* a NaN or +inf anywhere, inside the vector part or after it */
+                float row[11] = {0};
+                row[at] = at % 2 ? NAN : INFINITY;
+                glm53_sampler *g = make(n, gp);
+                int32_t t;
+                CHECK(glm53_sampler_sample(g, row, &t) == GLM53_ERR_INVALID_ARG, "n %d: bad logit at %d accepted", n,
+                      at);
+                glm53_sampler_free(g);
+            }
+    }
     TEST_CASE("temperature 0 is greedy: argmax, lowest id on ties, no RNG draw") {
         glm53_sampler_params p = glm53_sampler_default_params();
         glm53_sampler *s = make(V, p), *fresh = make(V, p);
