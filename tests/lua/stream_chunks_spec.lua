@@ -13,6 +13,17 @@ end
 
 local TEXTS = { "", "hello", " world", "a\"b\\c\n\r\t\1\31\127", "é漢字\u{2028}\u{2029}", "</script>",
                 string.char(200, 201), "data: x\n\ndata: y" }
+do   -- random bytes, every value 0-255 likely somewhere
+    local state = 12345
+    for _ = 1, 200 do
+        local bytes = {}
+        for j = 1, state % 13 do
+            state = (state * 1103515245 + 12345) % 2147483648
+            bytes[j] = string.char(state % 256)
+        end
+        TEXTS[#TEXTS + 1] = table.concat(bytes)
+    end
+end
 
 describe("streamed chunks of plain deltas", function()
     it("completions: text_chunk equals the encoded chunk", function()

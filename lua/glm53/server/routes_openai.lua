@@ -32,7 +32,34 @@ local function encode(v) return json.encode(v, { compact = true }) end
 -- capture): byte for byte what sse.event(encode(chunk)) writes for them (sorted keys, compact; no line breaks in
 -- compact JSON, so one data line), built from the request's fixed parts. They are most of a stream's chunks, and
 -- the generic encoder, which runs in the interpreter (glm53.chat.json), cost more than the rest of a token's work.
+-- The per-token functions below call nothing of glm53.chat.json on their common path (a compiled trace that
+-- reaches that module is abandoned): text is quoted here, with json.quote's escapes.
 local quote, number_repr = json.quote, json.number_repr
+local byte, sub, tostring, concat = string.byte, string.sub, tostring, table.concat
+
+-- json.quote's escapes (ensure_ascii off), by byte: the quote, the backslash, the short forms, \u00XX otherwise.
+local ESCAPES = { [34] = '\\"', [92] = "\\\\", [10] = "\\n", [13] = "\\r", [9] = "\\t", [8] = "\\b", [12] = "\\f" }
+for b = 0, 31 do ESCAPES[b] = ESCAPES[b] or string.format("\\u%04x", b) end
+
+local function quote_text(s)
+    local parts, from = nil, 1
+    for i = 1, #s do
+        local e = ESCAPES[byte(s, i)]
+        if e then
+            parts = parts or { '"' }
+            parts[#parts + 1] = sub(s, from, i - 1)
+            parts[#parts + 1] = e
+            from = i + 1
+        end
+    end
+    if not parts then return '"' .. s .. '"' end
+    parts[#parts + 1] = sub(s, from)
+    parts[#parts + 1] = '"'
+    return concat(parts)
+end
+
+-- A choice index, as number_repr writes a small non-negative integer.
+local function index_repr(i) return tostring(i) end
 
 local function chunk_tail(id, created, model, object)
     return "}],\"created\":" .. number_repr(created) .. ",\"id\":" .. quote(id) .. ",\"model\":" .. quote(model) ..
@@ -41,8 +68,8 @@ end
 
 -- Completions: {"choices":[{"finish_reason":null,"index":I,"logprobs":null,"text":T}], created, id, model, object}
 function M.text_chunk(tail, index, text)
-    return "data: {\"choices\":[{\"finish_reason\":null,\"index\":" .. number_repr(index) ..
-           ",\"logprobs\":null,\"text\":" .. quote(text) .. tail
+    return "data: {\"choices\":[{\"finish_reason\":null,\"index\":" .. index_repr(index) ..
+           ",\"logprobs\":null,\"text\":" .. quote_text(text) .. tail
 end
 
 -- Chat: {"choices":[{"delta":{"content":C,"reasoning_content":R},"finish_reason":null,"index":I,"logprobs":null}],
@@ -50,14 +77,14 @@ end
 function M.delta_chunk(tail, index, content, reasoning)
     local delta
     if content and reasoning then
-        delta = "\"content\":" .. quote(content) .. ",\"reasoning_content\":" .. quote(reasoning)
+        delta = "\"content\":" .. quote_text(content) .. ",\"reasoning_content\":" .. quote_text(reasoning)
     elseif content then
-        delta = "\"content\":" .. quote(content)
+        delta = "\"content\":" .. quote_text(content)
     else
-        delta = "\"reasoning_content\":" .. quote(reasoning)
+        delta = "\"reasoning_content\":" .. quote_text(reasoning)
     end
-    return "data: {\"choices\":[{\"delta\":{" .. delta .. "},\"finish_reason\":null,\"index\":" .. number_repr(index) ..
-           ",\"logprobs\":null" .. tail
+    return "data: {\"choices\":[{\"delta\":{" .. delta .. "},\"finish_reason\":null,\"index\":" ..
+           index_repr(index) .. ",\"logprobs\":null" .. tail
 end
 M.chunk_tail = chunk_tail
 
