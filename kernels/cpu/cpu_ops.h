@@ -152,6 +152,19 @@ CPU_INLINE float cpu_w1(const void *w, int64_t stride, const bool bf16, int64_t 
 
 enum { CPU_DOT_MAX_NX = 6, CPU_DOT_MAX_NW = 8 };
 
+/* acc + a * b rounded once: the FMA builds' multiply-add, written out rather than left to the compiler's
+ * contraction of `acc + a * b` (which happens only when optimising: a debug build would otherwise compute the FMA
+ * builds' products another way, and differently in their vector and scalar parts). Callers pass fused = true only
+ * from code built for FMA, where this inlines; the others never call it. */
+#if defined(__x86_64__)
+#include <immintrin.h>
+__attribute__((target("avx2,fma"))) static inline v8f cpu_fma8(v8f a, v8f b, v8f acc) {
+    return (v8f)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)acc);
+}
+#else
+static inline v8f cpu_fma8(v8f a, v8f b, v8f acc) { return acc + a * b; }   /* fused is never set off x86 */
+#endif
+
 typedef float v4f __attribute__((vector_size(16)));
 
 /* v8f_sum of each of a0..a3, as a vector: the three levels of ((v0 + v4) + (v1 + v5)) + ((v2 + v6) + (v3 + v7)),
@@ -174,10 +187,11 @@ CPU_INLINE v4f cpu_sum4(v8f a0, v8f a1, v8f a2, v8f a3) {
  * store is set): per pair, 8 lane accumulators (lane = column mod 8, from 0), v8f_sum, then the last k mod 8
  * columns one by one - cpu_dot's arithmetic, so each pair's result is that of cpu_dot on its two rows, whatever nx
  * and nw. x rows are x_stride floats apart. nx and nw are constants at every call: the loops unroll and the nx * nw accumulators stay in
- * registers (nx * nw <= 12 leaves room for the operands in AVX2's 16). Built for a target with FMA, `a += x * w`
- * contracts to fused multiply-adds (GNU C's -ffp-contract=fast), as cpu_dot does there. */
+ * registers (nx * nw <= 12 leaves room for the operands in AVX2's 16). With fused, every multiply-add is one
+ * fused operation (cpu_fma8; matmul's FMA builds), else a multiply and an add. */
 CPU_INLINE void cpu_dot_tile(const float *x, int64_t x_stride, const void *w, int64_t w_stride, const bool bf16,
-                             int64_t k, const int nx, const int nw, float *out, int64_t out_stride, const bool store) {
+                             int64_t k, const int nx, const int nw, float *out, int64_t out_stride, const bool store,
+                             const bool fused) {
     v8f a[CPU_DOT_MAX_NX][CPU_DOT_MAX_NW];
 #pragma GCC unroll 8
     for (int i = 0; i < nx; i++)
@@ -189,7 +203,9 @@ CPU_INLINE void cpu_dot_tile(const float *x, int64_t x_stride, const void *w, in
         for (int j = 0; j < nw; j++) {
             v8f wv = cpu_w8(w, w_stride, bf16, j, c);
 #pragma GCC unroll 8
-            for (int i = 0; i < nx; i++) a[i][j] += v8f_load(x + i * x_stride + c) * wv;
+            for (int i = 0; i < nx; i++)
+                a[i][j] = fused ? cpu_fma8(v8f_load(x + i * x_stride + c), wv, a[i][j])
+                                : a[i][j] + v8f_load(x + i * x_stride + c) * wv;
         }
     }
     if (c == k && nw % 4 == 0) {   /* no tail columns: four sums at a time */
@@ -212,7 +228,10 @@ CPU_INLINE void cpu_dot_tile(const float *x, int64_t x_stride, const void *w, in
 #pragma GCC unroll 8
         for (int j = 0; j < nw; j++) {
             float s = v8f_sum(&a[i][j]);
-            for (int64_t t = c; t < k; t++) s += x[i * x_stride + t] * cpu_w1(w, w_stride, bf16, j, t);
+            for (int64_t t = c; t < k; t++) {
+                float xv = x[i * x_stride + t], wt = cpu_w1(w, w_stride, bf16, j, t);
+                s = fused ? __builtin_fmaf(xv, wt, s) : s + xv * wt;
+            }
             if (store) out[i * out_stride + j] = s;
             else out[i * out_stride + j] += s;
         }
@@ -225,34 +244,36 @@ CPU_INLINE void cpu_dot_tile(const float *x, int64_t x_stride, const void *w, in
 /* cpu_dot_tile over nx x rows and all n weight rows: groups of CPU_DOT_NW_FOR(nx) weight rows, the rest one by
  * one. */
 CPU_INLINE void cpu_dot_rows(const float *x, int64_t x_stride, const void *w, int64_t w_stride, const bool bf16,
-                             int64_t k, const int nx, int64_t n, float *out, int64_t out_stride, const bool store) {
+                             int64_t k, const int nx, int64_t n, float *out, int64_t out_stride, const bool store,
+                             const bool fused) {
     const int nw = CPU_DOT_NW_FOR(nx);
     const size_t row_bytes = (size_t)w_stride * (bf16 ? 2 : 4);
     int64_t j = 0;
     for (; j + nw <= n; j += nw)
         cpu_dot_tile(x, x_stride, (const char *)w + j * row_bytes, w_stride, bf16, k, nx, nw, out + j, out_stride,
-                     store);
+                     store, fused);
     for (; j < n; j++)
         cpu_dot_tile(x, x_stride, (const char *)w + j * row_bytes, w_stride, bf16, k, nx, 1, out + j, out_stride,
-                     store);
+                     store, fused);
 }
 
 /* out[i * out_stride + j] += (or =, with store) (x row i) . (w row j) for i < m, j < n: the x rows in groups of up
  * to CPU_DOT_MAX_NX. */
 CPU_INLINE void cpu_dot_block(const float *x, int64_t x_stride, int64_t m, const void *w, int64_t w_stride,
-                              const bool bf16, int64_t k, int64_t n, float *out, int64_t out_stride, const bool store) {
+                              const bool bf16, int64_t k, int64_t n, float *out, int64_t out_stride, const bool store,
+                              const bool fused) {
     int64_t i = 0;
     for (; i + CPU_DOT_MAX_NX <= m; i += CPU_DOT_MAX_NX)
         cpu_dot_rows(x + i * x_stride, x_stride, w, w_stride, bf16, k, CPU_DOT_MAX_NX, n, out + i * out_stride,
-                     out_stride, store);
+                     out_stride, store, fused);
     const float *xr = x + i * x_stride;
     float *o = out + i * out_stride;
     switch (m - i) {
-    case 5: cpu_dot_rows(xr, x_stride, w, w_stride, bf16, k, 5, n, o, out_stride, store); break;
-    case 4: cpu_dot_rows(xr, x_stride, w, w_stride, bf16, k, 4, n, o, out_stride, store); break;
-    case 3: cpu_dot_rows(xr, x_stride, w, w_stride, bf16, k, 3, n, o, out_stride, store); break;
-    case 2: cpu_dot_rows(xr, x_stride, w, w_stride, bf16, k, 2, n, o, out_stride, store); break;
-    case 1: cpu_dot_rows(xr, x_stride, w, w_stride, bf16, k, 1, n, o, out_stride, store); break;
+    case 5: cpu_dot_rows(xr, x_stride, w, w_stride, bf16, k, 5, n, o, out_stride, store, fused); break;
+    case 4: cpu_dot_rows(xr, x_stride, w, w_stride, bf16, k, 4, n, o, out_stride, store, fused); break;
+    case 3: cpu_dot_rows(xr, x_stride, w, w_stride, bf16, k, 3, n, o, out_stride, store, fused); break;
+    case 2: cpu_dot_rows(xr, x_stride, w, w_stride, bf16, k, 2, n, o, out_stride, store, fused); break;
+    case 1: cpu_dot_rows(xr, x_stride, w, w_stride, bf16, k, 1, n, o, out_stride, store, fused); break;
     default: break;
     }
 }

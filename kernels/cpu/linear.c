@@ -19,9 +19,9 @@
  * the result of the one-row-at-a-time kernel this replaced, bit for bit.
  *
  * The tile loop is compiled three times, for the baseline target, for AVX2+FMA and for AVX-512, chosen at backend
- * creation. In the FMA builds `acc += x * w` contracts to one fused multiply-add (GNU C's default
- * -ffp-contract=fast), in the baseline it is a multiply and an add: the baseline differs from the other two in
- * rounding; the AVX-512 build gives the AVX2+FMA build's results bit for bit (wide_tile says how).
+ * creation. In the FMA builds each multiply-add is one fused operation, written out (cpu_fma8, __builtin_fmaf), in
+ * the baseline a multiply and an add: the baseline differs from the other two in rounding; the AVX-512 build
+ * gives the AVX2+FMA build's results bit for bit (wide_tile says how), optimised or not.
  */
 #include "kernels/cpu/cpu_ops.h"
 
@@ -147,9 +147,9 @@ WIDE_INLINE void wide_tile(const float *x, int64_t x_stride, const float *pairs,
         for (int q = 0; q < np; q++) {
             float s0, s1;
             wide_halves_sum((v16f)a[i][q], &s0, &s1);
-            for (int64_t t = 8 * nc; t < kb; t++) {   /* contracted to fused multiply-adds, as in the AVX2 build */
-                s0 += x[i * x_stride + t] * cpu_w1(w, w_stride, bf16, 2 * q, t);
-                s1 += x[i * x_stride + t] * cpu_w1(w, w_stride, bf16, 2 * q + 1, t);
+            for (int64_t t = 8 * nc; t < kb; t++) {   /* fused multiply-adds, as in the AVX2 build */
+                s0 = __builtin_fmaf(x[i * x_stride + t], cpu_w1(w, w_stride, bf16, 2 * q, t), s0);
+                s1 = __builtin_fmaf(x[i * x_stride + t], cpu_w1(w, w_stride, bf16, 2 * q + 1, t), s1);
             }
             acc[i * acc_stride + 2 * q] += s0;
             acc[i * acc_stride + 2 * q + 1] += s1;
@@ -173,7 +173,7 @@ WIDE_INLINE void wide_rows(const float *x, int64_t x_stride, const float *pairs,
                   1, acc + 2 * q, acc_stride);
     if (tn % 2)   /* an odd last row: the 8-lane kernel, the same arithmetic */
         cpu_dot_tile(x, x_stride, (const char *)w + (tn - 1) * row_bytes, w_stride, bf16, kb, nx, 1,
-                     acc + tn - 1, acc_stride, false);
+                     acc + tn - 1, acc_stride, false, true);
 }
 
 /* cpu_dot_block's contract (accumulating into acc, rows MATMUL_TILE_N apart), on the AVX-512 micro-kernel. Not
@@ -181,7 +181,7 @@ WIDE_INLINE void wide_rows(const float *x, int64_t x_stride, const float *pairs,
 WIDE_TARGET static void wide_block(const float *x, int64_t x_stride, int64_t m, const void *w, int64_t w_stride,
                                    const bool bf16, int64_t kb, int64_t tn, float *acc) {
     if (m == 1) {
-        cpu_dot_block(x, x_stride, m, w, w_stride, bf16, kb, tn, acc, MATMUL_TILE_N, false);
+        cpu_dot_block(x, x_stride, m, w, w_stride, bf16, kb, tn, acc, MATMUL_TILE_N, false, true);
         return;
     }
     float pairs[MATMUL_TILE_N / 2 * MATMUL_BLOCK_K * 2] __attribute__((aligned(64)));
@@ -205,18 +205,18 @@ WIDE_TARGET static void wide_block(const float *x, int64_t x_stride, int64_t m, 
 #else
 static void wide_block(const float *x, int64_t x_stride, int64_t m, const void *w, int64_t w_stride,
                        const bool bf16, int64_t kb, int64_t tn, float *acc) {
-    cpu_dot_block(x, x_stride, m, w, w_stride, bf16, kb, tn, acc, MATMUL_TILE_N, false);
+    cpu_dot_block(x, x_stride, m, w, w_stride, bf16, kb, tn, acc, MATMUL_TILE_N, false, true);
 }
 #endif
 
-/* One K block of a tile through the build's micro-kernel. */
+/* One K block of a tile through the build's micro-kernel (fused: the build has FMA). */
 CPU_INLINE void matmul_block(const float *x, int64_t x_stride, int64_t m, const void *w, int64_t w_stride,
-                             const bool bf16, int64_t kb, int64_t tn, float *acc, const bool wide) {
+                             const bool bf16, int64_t kb, int64_t tn, float *acc, const bool wide, const bool fused) {
     if (wide) wide_block(x, x_stride, m, w, w_stride, bf16, kb, tn, acc);
-    else cpu_dot_block(x, x_stride, m, w, w_stride, bf16, kb, tn, acc, MATMUL_TILE_N, false);
+    else cpu_dot_block(x, x_stride, m, w, w_stride, bf16, kb, tn, acc, MATMUL_TILE_N, false, fused);
 }
 
-CPU_INLINE void matmul_tiles(void *ctx, int64_t tile_begin, int64_t tile_end, const bool wide) {
+CPU_INLINE void matmul_tiles(void *ctx, int64_t tile_begin, int64_t tile_end, const bool wide, const bool fused) {
     const matmul_job *job = ctx;
     const glm53_tensor *w = job->w;
     const int64_t K = job->k, N = job->n;
@@ -237,14 +237,14 @@ CPU_INLINE void matmul_tiles(void *ctx, int64_t tile_begin, int64_t tile_end, co
                 int64_t offset = n0 * w->stride[0] + k0;
                 if (bf16)
                     matmul_block(x_block, K, tm, (const uint16_t *)w->data + offset, w->stride[0], true, kb, tn, acc,
-                                 wide);
+                                 wide, fused);
                 else
                     matmul_block(x_block, K, tm, (const float *)w->data + offset, w->stride[0], false, kb, tn, acc,
-                                 wide);
+                                 wide, fused);
             } else {
                 for (int64_t r = 0; r < tn; r++)
                     cpu_weight_row_to_f32(w, job->fp8_table, n0 + r, k0, kb, w_block + r * MATMUL_BLOCK_K);
-                matmul_block(x_block, K, tm, w_block, MATMUL_BLOCK_K, false, kb, tn, acc, wide);
+                matmul_block(x_block, K, tm, w_block, MATMUL_BLOCK_K, false, kb, tn, acc, wide, fused);
             }
         }
 
@@ -253,14 +253,16 @@ CPU_INLINE void matmul_tiles(void *ctx, int64_t tile_begin, int64_t tile_end, co
     }
 }
 
-static void matmul_tiles_baseline(void *ctx, int64_t begin, int64_t end) { matmul_tiles(ctx, begin, end, false); }
+static void matmul_tiles_baseline(void *ctx, int64_t begin, int64_t end) {
+    matmul_tiles(ctx, begin, end, false, false);
+}
 
 #if defined(__x86_64__)
 __attribute__((target("avx2,fma"))) static void matmul_tiles_avx2(void *ctx, int64_t begin, int64_t end) {
-    matmul_tiles(ctx, begin, end, false);
+    matmul_tiles(ctx, begin, end, false, true);
 }
 WIDE_TARGET static void matmul_tiles_avx512(void *ctx, int64_t begin, int64_t end) {
-    matmul_tiles(ctx, begin, end, true);
+    matmul_tiles(ctx, begin, end, true, true);
 }
 #else
 #define matmul_tiles_avx2 matmul_tiles_baseline   /* use_avx2 and use_avx512 are never set off x86 */

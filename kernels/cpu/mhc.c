@@ -84,7 +84,7 @@ CPU_INLINE void mhc_pre_groups(void *vctx, int64_t g_begin, int64_t g_end) {
          * squares is a sequential double chain per row; the rows' chains interleave. */
         double sumsq[MHC_GROUP];
         mhc_sumsq8(h0, SD, rows, sumsq);
-        cpu_dot_block(h0, SD, rows, c->fn, SD, c->fn_bf16, SD, n_mix, m, n_mix, true);
+        cpu_dot_block(h0, SD, rows, c->fn, SD, c->fn_bf16, SD, n_mix, m, n_mix, true, false);
         for (int64_t j = 0; j < n_mix; j++) mt[j] = v8f_splat(0.0f);   /* rows past N: zeros, never written */
         for (int64_t r = 0; r < rows; r++) {
             float rr = 1.0f / sqrtf((float)(sumsq[r] / (double)SD) + c->rms_eps);

@@ -85,7 +85,7 @@ CPU_INLINE void sparse_mla_heads(void *vctx, int64_t begin, int64_t end) {
                 for (int64_t r = R8; r < R; r++) acc[r] += p * cj[r];
             }
             /* o[i] = Wv[i] . acc */
-            cpu_dot_block(acc, R, 1, (const char *)wkv + dk * ws * (wb ? 2 : 4), ws, wb, R, dv, o, dv, true);
+            cpu_dot_block(acc, R, 1, (const char *)wkv + dk * ws * (wb ? 2 : 4), ws, wb, R, dv, o, dv, true, false);
         }
     }
     free(buf);
