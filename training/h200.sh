@@ -18,7 +18,7 @@ set -uo pipefail
 mode=${1:-}
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false PYTORCH_CUDA_ALLOC_CONF=${PYTORCH_CUDA_ALLOC_CONF:-expandable_segments:True}
 out=${OUT:-$root/out}
 mkdir -p "$out"
 stage=$(mktemp -d)
