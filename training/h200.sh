@@ -8,6 +8,7 @@
 #   continue [MIN]   more training from models/glm53-tiny (in the work tree; new optimiser, lr 1e-3), default 8.5
 #   finish [MIN]     continue [MIN], pack the model at once, then check it (stopped 20 s before a 600 s call ends)
 #
+# TRAIN_ARGS (environment) adds train.py options to continue and finish, e.g. TRAIN_ARGS="--family-scale retrieval=2".
 # Results come back through $OUT as bundle.tgz.part-* (at most 15 MiB each; the device returns at most 8 files of
 # 16 MiB) and status.txt (finish: model.tgz.part-* then check.tgz.part-*, so a check cut short by the call's
 # limit loses no model). Unpack at the repository root:  cat DIR/bundle.tgz.part-* | tar xzf -
@@ -71,8 +72,9 @@ pack() {  # pack NAME: what is staged so far -> $out/NAME.tgz.part-*, and an emp
 
 continue_training() {  # continue_training MINUTES
   [ -f models/glm53-tiny/model.safetensors ] || { note "no models/glm53-tiny to continue from"; exit 1; }
+  # shellcheck disable=SC2086  # TRAIN_ARGS: extra train.py options, word-split on purpose
   run continue python3 training/train.py --init-from models/glm53-tiny --lr 1e-3 --run training/runs/continue \
-      --minutes "$1" --export-dir training/runs/continue/export
+      --minutes "$1" --export-dir training/runs/continue/export ${TRAIN_ARGS:-}
   copy_run "$root/training/runs/continue"
   if [ -f training/runs/continue/export/model.safetensors ]; then
     mkdir -p "$stage/models" && cp -r training/runs/continue/export "$stage/models/glm53-tiny"

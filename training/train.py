@@ -68,6 +68,8 @@ def parse_args(argv=None):
     ap.add_argument("--data-seed", type=int, default=D.DEFAULT_SEED)
     ap.add_argument("--data-scale", type=float, default=2.0, help="times prep.FULL_COUNTS per family (default 2: the faster "
                     "steps of fast_ops see each item about 2-3 times in a 15-minute budget)")
+    ap.add_argument("--family-scale", type=parse_family_scale, default={},
+                    help="per-family factors on top of --data-scale, e.g. retrieval=3,arith=0.1 (the data mix)")
     ap.add_argument("--workers", type=int, default=max(1, min(15, (os.cpu_count() or 2) - 1)))
     ap.add_argument("--step-tokens", type=int, help="padded tokens per step (default 65536; smoke 8192)")
     ap.add_argument("--lr", type=float, default=2e-3)
@@ -112,11 +114,24 @@ class StageFailed(Exception):
     pass
 
 
-def item_counts(size, scale):
+def item_counts(size, scale, family_scale=None):
+    """Training items per family: prep's counts times scale, times family_scale[family] where given."""
     import prep
 
     base = prep.SMOKE_COUNTS if size == "smoke" else prep.FULL_COUNTS
-    return {k: max(1, int(v * scale)) for k, v in base.items()}
+    fs = family_scale or {}
+    return {k: max(1, int(v * scale * fs.get(k, 1.0))) for k, v in base.items()}
+
+
+def parse_family_scale(text):
+    """"retrieval=3,arith=0.1" -> {"retrieval": 3.0, "arith": 0.1}; unknown families are an error."""
+    out = {}
+    for part in filter(None, (text or "").split(",")):
+        fam, _, val = part.partition("=")
+        if fam not in FAMILIES or not val:
+            raise SystemExit(f"--family-scale: '{part}' is not FAMILY=NUMBER with FAMILY one of {', '.join(FAMILIES)}")
+        out[fam] = float(val)
+    return out
 
 
 def flops_per_token(spec):
@@ -136,7 +151,7 @@ def dry_run(a):
     print(text)
     print(json.dumps(dict(text_config=spec["text"], vision_config=spec["vision"], top=spec["top"],
                           eos_token_id=mc.eos_ids()), indent=1))
-    counts = item_counts(a.size, a.data_scale)
+    counts = item_counts(a.size, a.data_scale, a.family_scale)
     fpt = flops_per_token(spec)
     print(f"data: items per family {counts} (+ held-out validation sets)")
     print(f"training: {a.step_tokens} padded tokens per step, lr {a.lr} (warm-up {a.warmup_frac:.0%}, cosine to "
@@ -286,7 +301,7 @@ class Trainer:
         self.pad_id = self.spec["text"]["pad_token_id"]
         img_tok = self.spec["top"]["image_token_id"]
         n_img = (D.IMAGE_SIZE // 28) ** 2
-        counts = item_counts(a.size, a.data_scale)
+        counts = item_counts(a.size, a.data_scale, a.family_scale)
         out = prep.prepare(a.run, counts, prep.VAL_COUNTS if a.size == "full" else
                            {k: max(4, v // 8) for k, v in prep.VAL_COUNTS.items()},
                            a.data_seed, mc.TOKENIZER_JSON, self.renderer, img_tok, n_img, MAX_LEN, a.workers, self.log)
