@@ -44,7 +44,7 @@ copy_run() {  # copy_run RUN_DIR: the small files of a run into the bundle
   local d=$1 rel
   rel=${d#"$root"/}
   mkdir -p "$stage/$rel"
-  for f in train.log summary.json history.json loss.svg; do [ -f "$d/$f" ] && cp "$d/$f" "$stage/$rel/"; done
+  for f in train.log summary.json history.json loss.svg profile.txt; do [ -f "$d/$f" ] && cp "$d/$f" "$stage/$rel/"; done
   [ -f "$d/summary.json" ] && tail -c 2000 "$d/summary.json" >> "$out/status.txt"
 }
 

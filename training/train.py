@@ -82,6 +82,8 @@ def parse_args(argv=None):
     ap.add_argument("--kl-rows", type=int, default=512, help="query rows per sequence in the KL (a random subset)")
     ap.add_argument("--dense-frac", type=float, default=0.15, help="fraction of steps with dense attention")
     ap.add_argument("--bias-gamma", type=float, default=1e-3, help="router bias update speed")
+    ap.add_argument("--profile-step", type=int, default=30, help="profile the Nth step of this process with "
+                    "torch.profiler (RUN/profile.txt; 0: never)")
     ap.add_argument("--log-seconds", type=float, default=10.0)
     ap.add_argument("--ckpt-minutes", type=float, default=3.0)
     ap.add_argument("--export-reserve", type=float, help="seconds kept for the final checkpoint and export "
@@ -560,7 +562,10 @@ class Trainer:
                 g["lr"] = self.lr_at(self.step)
             ts = time.time()
             idx = self.batches.next()
-            stats, padded = self.train_step(idx)
+            if a.profile_step and self.step - start_step == a.profile_step:
+                stats, padded = self.profiled_step(idx)
+            else:
+                stats, padded = self.train_step(idx)
             torch.cuda.synchronize()
             dt = time.time() - ts
             self.train_seconds += dt
@@ -604,6 +609,36 @@ class Trainer:
         if win["steps"]:
             self.log_window(win, False)
         self.set_dense(False)
+
+    def profiled_step(self, idx):
+        """train_step under torch.profiler: where a step's time goes (the next lever for more steps per minute).
+        Writes RUN/profile.txt (operators by total device time) and logs the head of it with the kernel count."""
+        torch = self.torch
+        from torch.profiler import ProfilerActivity, profile
+
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+        t0 = time.time()
+        with profile(activities=acts) as prof:
+            out = self.train_step(idx)
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+        wall = time.time() - t0
+        events = prof.key_averages()
+        cuda = torch.cuda.is_available()
+        sort = "self_cuda_time_total" if cuda else "self_cpu_time_total"
+        table = events.table(sort_by=sort, row_limit=40)
+        kernels = sum(e.count for e in prof.events() if getattr(e, "device_type", None) is not None
+                      and "CUDA" in str(e.device_type))
+        device_us = sum(getattr(e, "self_device_time_total", getattr(e, "self_cuda_time_total", 0)) for e in events)
+        lens = self.train_ds["lengths"][idx]
+        head = (f"profile: step of {len(idx)} x {int(lens.max())} tokens, wall {wall * 1e3:.0f} ms (profiler on), "
+                f"device time {device_us / 1e3:.0f} ms in {kernels} device events")
+        with open(os.path.join(self.a.run, "profile.txt"), "w") as fh:
+            fh.write(head + "\n" + table + "\n")
+        self.log(head + f"; table in {os.path.join(self.a.run, 'profile.txt')}")
+        for line in table.splitlines()[:18]:
+            self.log("profile| " + line)
+        return out
 
     def log_window(self, win, dense):
         n = max(1, win["steps"])
