@@ -180,7 +180,7 @@ end
 --- The table as text, with its notes.
 function M.table(result)
     local text = require("glm53.report.text")
-    local lines = { text.table(M.rows(result)) }
+    local lines = { (text.table(M.rows(result)):gsub(" +\n", "\n"):gsub(" +$", "")) }   -- no trailing blanks
     for _, f in ipairs(result.families) do
         if f.family == "retrieval" and f.groups then
             lines[#lines + 1] = "* the acceptance length: past 259 tokens the sparse layers attend to the 256 positions " ..
