@@ -159,8 +159,8 @@ end
 local function make_record(run, item, prompt, g)
     local null = cjson.null
     local rec = { id = item.id, group = item.group or null, prompt = prompt, gold = run.task_mod.gold(item),
-                  tokens_in = g.tokens_in or null,
-                  tokens_out = g.tokens_out or null, latency_s = g.latency or null, spec = g.spec or null }
+                  tokens_in = g.tokens_in or null, tokens_out = g.tokens_out or null, latency_s = g.latency or null,
+                  spec = g.spec or null }
     if g.error then
         rec.error, rec.finish_reason = g.error, "error"
         return rec
@@ -261,9 +261,9 @@ local function run_server(run, jobs, on_result)
         openai.complete(pool, req, function(r)
             running = running - 1
             local ok, cerr = pcall(on_result, job, {
-                raw = r.text, reasoning = r.reasoning, server = true, finish_reason = r.finish_reason, tokens_in = r.prompt_tokens,
-                tokens_out = r.completion_tokens, latency = r.ok and r.latency or (r.t_end - r.t_start),
-                error = not r.ok and (r.error or "request failed") or nil })
+                raw = r.text, reasoning = r.reasoning, server = true, finish_reason = r.finish_reason,
+                tokens_in = r.prompt_tokens, tokens_out = r.completion_tokens,
+                latency = r.ok and r.latency or (r.t_end - r.t_start), error = not r.ok and (r.error or "request failed") or nil })
             if not ok then
                 failure = failure or cerr
                 pool:close()
