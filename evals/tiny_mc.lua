@@ -6,7 +6,7 @@
 local common = require("evals.common")
 local tiny = require("evals.tiny")
 
-local M = tiny.task({ family = "mc", modes = { "answer-letter" }, max_tokens = 16 })
+local M = tiny.task({ family = "mc", modes = { "answer-letter" }, max_tokens = 64 })  -- reasoning first (docs/tiny-model.md)
 
 M.PATTERN = "Answer: ([A-Z])(?![0-9A-Za-z])"
 

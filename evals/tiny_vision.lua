@@ -11,7 +11,7 @@ local common = require("evals.common")
 local json = require("glm53.chat.json")
 local tiny = require("evals.tiny")
 
-local M = tiny.task({ family = "vision", modes = { "words" }, max_tokens = 16 })
+local M = tiny.task({ family = "vision", modes = { "words" }, max_tokens = 96 })  -- describes every shape first
 
 --- Items { id, messages (image paths joined to the file's directory), answer, images (those paths), meta,
 -- group = meta.kind }.
