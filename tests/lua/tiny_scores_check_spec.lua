@@ -1,18 +1,19 @@
 -- The CI score check of the bundled trained model: glm53 tiny-scores on a fixed subset (the first 40 items of each
 -- family, retrieval at 2048 tokens of context, where the sparse layers attend only to the positions their indexer
--- selects) must reach the accuracy each family has in THRESHOLDS. About 70 s on 2 cores (68 s measured on the CI
--- machine's 2 cores with models/glm53-tiny of round 1).
+-- selects) must reach the accuracy each family has in THRESHOLDS. About 70-85 s on 2 cores.
 --
--- Set a margin below the measured scores once the trained model lands (docs/tiny-model.md, "Evaluating", has the
--- command; take the lower Wilson bound of the full run, or a little under it). Until then every threshold is 0 and
--- the check only proves that the subset runs and scores.
+-- Each threshold is a margin below what round 2's model (docs/tiny-model.md, "Round 2") scores on this subset on
+-- this machine: arith 0/40, mc 6/40, retrieval at 2048 0/40, tools 18/40, tool-call JSON valid 18/18, vision 9/40.
+-- Greedy decoding on the CPU build is deterministic, so a drop below a threshold is a change in the engine, the
+-- evals or the model, not noise. Raise them with the model (they are not the issue's acceptance levels, which the
+-- model does not reach yet).
 local THRESHOLDS = {
     arith = 0,
-    mc = 0,
+    mc = 0.10,
     retrieval_2048 = 0,        -- the retrieval items at 2048 tokens
-    tools = 0,                 -- calls with the right name and arguments, and exact replies
-    tools_json_valid = 0,      -- calls valid against the item's tools, of the items whose gold is a call
-    vision = 0,
+    tools = 0.35,              -- calls with the right name and arguments, and exact replies
+    tools_json_valid = 0.95,   -- calls valid against the item's tools, of the items whose gold is a call
+    vision = 0.15,
 }
 local LIMIT = 40
 
