@@ -605,15 +605,17 @@ end
 ------------------------------------------------------------------------------
 
 --- Reads a JSONL file: make(row, index) turns each decoded object (blank lines skipped; index counts
--- items from 1) into an item or returns nil, reason. Returns the items, or nil, "path:line: reason".
-local function read_jsonl(path, make)
+-- items from 1) into an item or returns nil, reason. decode(line) -> value or nil, err reads a line (default
+-- lua-cjson's). Returns the items, or nil, "path:line: reason".
+local function read_jsonl(path, make, decode)
+    decode = decode or cjson.decode
     local f, err = io.open(path, "rb")
     if not f then return nil, err end
     local items, line_no = {}, 0
     for line in f:lines() do
         line_no = line_no + 1
         if line:find("%S") then
-            local row, derr = cjson.decode(line)
+            local row, derr = decode(line)
             local item, reason
             if row == nil then
                 reason = "bad JSON: " .. tostring(derr)
@@ -654,11 +656,12 @@ local function expand(items, opts, vary)
 end
 
 --- A task's load(path, opts): the items make(row, index) builds from the JSONL file's rows (see
--- read_jsonl), repeated and varied as expand does; nil, "path:line: reason" where a row fails.
-function M.load(path, opts, make, vary)
+-- read_jsonl; decode, when given, reads each line instead of lua-cjson), repeated and varied as expand does;
+-- nil, "path:line: reason" where a row fails.
+function M.load(path, opts, make, vary, decode)
     argcheck(type(path) == "string", 1, "load", "path string expected, got " .. type(path))
     argcheck(opts == nil or type(opts) == "table", 2, "load", "options table expected")
-    local items, err = read_jsonl(path, make)
+    local items, err = read_jsonl(path, make, decode)
     if not items then return nil, err end
     return expand(items, opts or {}, vary)
 end

@@ -4,14 +4,15 @@ eval.lua - accuracy evals: a task module of evals/ run in-process with the engin
 server (ours, vLLM, SGLang), with per-item JSONL records, accuracy and its Wilson 95% interval per extraction
 mode, and an HTML report.
 
-    luajit scripts/eval.lua TASK [--model DIR | --server URL] [--data FILE] [--limit N] [--concurrency N]
+    luajit scripts/eval.lua TASK [--model DIR | --server URL] [--data FILE] [--group G[,G]] [--limit N] [--concurrency N]
                                  [--out DIR] [--seed S] [--mode M[,M]] [--fewshot N [--shots FILE]]
                                  [--max-tokens N] [--temperature T] [--device cpu|cuda] [--threads N]
                                  [--spec-k K] [--reasoning split|keep] [--task-opt KEY=VALUE ...]
                                  [--model-name NAME] [--timeout S] [--progress-every N]
 
-TASK is a module of evals/ (gsm8k, gsm8k_cot, mmlu_pro, gpqa, mmmu_pro). Without --model or --server the
-bundled checkpoint runs in-process (glm53.eval.runner.DEFAULT_MODEL). Generation is greedy unless
+TASK is a module of evals/ (gsm8k, gsm8k_cot, mmlu_pro, gpqa, mmmu_pro; tiny_arith, tiny_mc, tiny_retrieval,
+tiny_tools, tiny_vision for models/glm53-tiny, which `glm53 tiny-scores` runs together). Without --model or
+--server the bundled checkpoint runs in-process (glm53.eval.runner.DEFAULT_MODEL). Generation is greedy unless
 --temperature says otherwise, with the task's stop strings and max tokens (--max-tokens overrides), the model's
 chat template for chat prompts, up to --concurrency items at once. With --server, chat prompts go to
 URL/v1/chat/completions and text prompts (few-shot) to URL/v1/completions, --concurrency requests in flight.

@@ -41,7 +41,7 @@ import data as D  # noqa: E402
 import model_config as mc  # noqa: E402
 
 EVALS = os.path.join(ROOT, "evals", "data", "tiny")
-MAX_NEW = dict(arith=72, mc=8, retrieval=10, tools=110, vision=8)
+MAX_NEW = dict(arith=72, mc=64, retrieval=10, tools=110, vision=96)  # mc and vision reason first
 
 
 def load_evals(family):

@@ -262,19 +262,22 @@ def _mc_numbers(rng, n):
         opts = rng.sample(range(0, 1000), n)
         correct = max(opts) if kind == "largest" else min(opts)
         q = f"Which of these numbers is the {kind}?"
+        why = f"The {kind} number is {correct}."
     elif kind in ("even", "odd"):
         want = 0 if kind == "even" else 1
         correct = rng.randrange(want, 1000, 2)
         others = rng.sample([x for x in range(1 - want, 1000, 2)], n - 1)
         opts = others + [correct]
         q = f"Which of these numbers is {kind}?"
+        why = f"{correct} ends in {correct % 10}, so it is {kind}."
     else:
         m = rng.choice([3, 5, 7, 9, 11])
         correct = m * rng.randint(1, 999 // m)
         pool = [x for x in range(1, 1000) if x % m]
         opts = rng.sample(pool, n - 1) + [correct]
         q = f"Which of these numbers is a multiple of {m}?"
-    return q, [str(x) for x in opts], str(correct)
+        why = f"{m} * {correct // m} = {correct}."
+    return q, [str(x) for x in opts], str(correct), why
 
 
 def _mc_conversion(rng, n):
@@ -292,7 +295,9 @@ def _mc_conversion(rng, n):
             opts.append(c)
     opts = opts[:n - 1] + [correct]
     q = rng.choice([f"How many {small} are in {x} {big}?", f"{x} {big} is how many {small}?"])
-    return q, [str(c) for c in opts], str(correct)
+    one = "foot" if big == "feet" else big[:-1]
+    why = f"One {one} is {f} {small}, and {x} * {f} = {correct}."
+    return q, [str(c) for c in opts], str(correct), why
 
 
 def _mc_kb(rng, n):
@@ -304,26 +309,33 @@ def _mc_kb(rng, n):
             q, correct, pool = attr[1].format(c[1]), c[0], [x[0] for x in COUNTRIES]
         else:
             q, correct, pool = attr[1].format(c[0]), c[attr[0]], [x[attr[0]] for x in COUNTRIES]
+        why = {0: f"{c[1]} is the capital of {c[0]}.", 1: f"The capital of {c[0]} is {c[1]}.",
+               2: f"People in {c[0]} speak {c[2]}.", 3: f"The currency of {c[0]} is the {c[3]}."}[attr[0]]
     else:
         c = rng.choice(CREATURES)
         j, tmpl = rng.choice([(1, "What colour is the {}?"), (2, "What does the {} eat?"), (3, "Where does the {} live?")])
         q, correct, pool = tmpl.format(c[0]), c[j], sorted({x[j] for x in CREATURES})
+        why = (f"The {c[0]} is {c[1]}.", f"The {c[0]} eats {c[2]}.", f"The {c[0]} lives in the {c[3]}.")[j - 1]
     others = [x for x in dict.fromkeys(pool) if x != correct]
     n = min(n, len(others) + 1)
-    return q, rng.sample(others, n - 1) + [correct], correct
+    return q, rng.sample(others, n - 1) + [correct], correct, why
 
 
 def gen_mc(rng, split="train"):
     n = rng.randint(4, 10)
     kind = rng.choices(["numbers", "conversion", "kb"], weights=[3, 3, 4])[0]
-    q, opts, correct = {"numbers": _mc_numbers, "conversion": _mc_conversion, "kb": _mc_kb}[kind](rng, n)
+    q, opts, correct, why = {"numbers": _mc_numbers, "conversion": _mc_conversion, "kb": _mc_kb}[kind](rng, n)
     rng.shuffle(opts)
     letter = LETTERS[opts.index(correct)]
     lines = [f"{LETTERS[i]}. {o}" for i, o in enumerate(opts)]
     user = rng.choice(["{q}\n{o}\n{i}", "Question: {q}\n{o}\n{i}", "{i}\n{q}\n{o}"]).format(
         q=q, o="\n".join(lines), i=rng.choice(MC_INSTRUCTIONS))
     key = q + "|" + "|".join(sorted(opts))
-    return dict(key=key, messages=[{"role": "user", "content": user}, {"role": "assistant", "content": f"Answer: {letter}"}],
+    # The reasoning states the fact or computation that decides the answer, then which option holds it: the letter
+    # becomes a lookup in the prompt instead of a fact, a computation and a lookup in one token.
+    reasoning = f"{why} {correct} is option {letter}."
+    return dict(key=key, messages=[{"role": "user", "content": user},
+                                   {"role": "assistant", "content": f"Answer: {letter}", "reasoning_content": reasoning}],
                 answer=letter, meta=dict(kind=kind, options=opts, correct=correct))
 
 
@@ -357,8 +369,9 @@ def gen_retrieval(rng, split="train", tokens=None):
     head = rng.choice(["Here is a list of codes.", "Read the list of codes below.", "Codes:"])
     q = rng.choice(["What is the code of {k}?", "What is the code for {k}?", "Tell me the code of {k}."]).format(k=keys[j])
     ask = [j]
-    # training items may ask for up to 4 codes at once: more lookups per long context (held-out items ask one)
-    extra = rng.choice([0, 0, 1, 2, 3]) if split == "train" else 0
+    # training items may ask for up to 8 codes at once: more supervised lookups per context, which is what teaches
+    # the copy (held-out items ask one)
+    extra = rng.choice([0, 0, 1, 2, 3, 5, 7]) if split == "train" else 0
     if extra:
         ask += rng.sample([i for i in range(n) if i != j], min(extra, n - 1))
         q = "What are the codes of " + ", ".join(keys[i] for i in ask[:-1]) + f" and {keys[ask[-1]]}?"
@@ -528,6 +541,12 @@ def draw_scene(scene):
     return bytes(img)
 
 
+def cell_quadrant(cell):
+    """The quadrant ("top left", ...) of a cell of the 4 x 4 grid (row-major, 0..15)."""
+    r, c = divmod(cell, 4)
+    return QUADRANT[(r // 2, c // 2)]
+
+
 def _object(rng, cell, shape=None, colour=None, background=None):
     colours = [k for k in COLOURS if not (background == (0, 0, 0) and k == "black")]
     return dict(shape=shape or rng.choice(SHAPES), colour=colour or rng.choice(colours), cell=cell,
@@ -555,13 +574,22 @@ def gen_vision(rng, split="train"):
         elif kind == "shape":
             q, ans = rng.choice(["What shape is in the picture?", f"What is the {ob['colour']} shape?"]), ob["shape"]
         else:
-            r, c = divmod(cell, 4)
-            q, ans = f"Where is the {ob['colour']} {ob['shape']}?", QUADRANT[(r // 2, c // 2)]
+            q, ans = f"Where is the {ob['colour']} {ob['shape']}?", cell_quadrant(cell)
     q = q + rng.choice([" Answer with one word.", " Answer briefly.", ""]) if kind != "position" else q + " Answer like \"top left\"."
     scene = dict(background=bg, objects=objs)
+    # The reasoning describes every object in reading order (colour, shape, quadrant) before the answer: each
+    # picture then teaches every attribute of every object, not only the one asked about.
+    # Reading order is the order of the image tokens (one per 28-pixel cell, row by row), numbered so that a count
+    # is the last number.
+    reasoning = " ".join(f"Shape {i} is {'an' if ob['colour'][0] in 'aeiou' else 'a'} {ob['colour']} {ob['shape']} "
+                         f"at the {cell_quadrant(ob['cell'])}."
+                         for i, ob in enumerate(sorted(objs, key=lambda ob: ob["cell"]), 1))
+    if kind == "count":
+        reasoning += f" That is {n} shape{'s' if n > 1 else ''}."
     key = json.dumps(scene, sort_keys=True) + "|" + q
     content = [{"type": "image_url", "image_url": {"url": "IMAGE"}}, {"type": "text", "text": q}]
-    return dict(key=key, messages=[{"role": "user", "content": content}, {"role": "assistant", "content": ans}],
+    return dict(key=key, messages=[{"role": "user", "content": content},
+                                   {"role": "assistant", "content": ans, "reasoning_content": reasoning}],
                 answer=ans, meta=dict(kind=kind, scene=scene, width=IMAGE_SIZE, height=IMAGE_SIZE))
 
 

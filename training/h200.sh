@@ -6,9 +6,12 @@
 #   train [MINUTES]  train.py --minutes MINUTES (default 8.5) only
 #   check            make_fp8 + check_hf --eval-n 50 on models/glm53-tiny (already in the work tree)
 #   continue [MIN]   more training from models/glm53-tiny (in the work tree; new optimiser, lr 1e-3), default 8.5
+#   finish [MIN]     continue [MIN], pack the model at once, then check it (stopped 20 s before a 600 s call ends)
 #
+# TRAIN_ARGS (environment) adds train.py options to continue and finish, e.g. TRAIN_ARGS="--family-scale retrieval=2".
 # Results come back through $OUT as bundle.tgz.part-* (at most 15 MiB each; the device returns at most 8 files of
-# 16 MiB) and status.txt. Unpack at the repository root:  cat DIR/bundle.tgz.part-* | tar xzf -
+# 16 MiB) and status.txt (finish: model.tgz.part-* then check.tgz.part-*, so a check cut short by the call's
+# limit loses no model). Unpack at the repository root:  cat DIR/bundle.tgz.part-* | tar xzf -
 # The bundle holds models/glm53-tiny/ (train, all), training/runs/<run>/{train.log,summary.json,history.json,
 # loss.svg} and training/runs/check/ (check_hf's logits, index.json, eval.json). The FP8 copy is not in it:
 # training/make_fp8.py rebuilds it anywhere with numpy (check_hf's index.json has the sha256 to compare).
@@ -16,7 +19,7 @@ set -uo pipefail
 mode=${1:-}
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false PYTORCH_CUDA_ALLOC_CONF=${PYTORCH_CUDA_ALLOC_CONF:-expandable_segments:True}
 out=${OUT:-$root/out}
 mkdir -p "$out"
 stage=$(mktemp -d)
@@ -41,7 +44,7 @@ copy_run() {  # copy_run RUN_DIR: the small files of a run into the bundle
   local d=$1 rel
   rel=${d#"$root"/}
   mkdir -p "$stage/$rel"
-  for f in train.log summary.json history.json loss.svg; do [ -f "$d/$f" ] && cp "$d/$f" "$stage/$rel/"; done
+  for f in train.log summary.json history.json loss.svg profile.txt; do [ -f "$d/$f" ] && cp "$d/$f" "$stage/$rel/"; done
   [ -f "$d/summary.json" ] && tail -c 2000 "$d/summary.json" >> "$out/status.txt"
 }
 
@@ -53,12 +56,29 @@ train_full() {  # train_full MINUTES
   fi
 }
 
-check() {  # check MODEL_DIR EVAL_N
+check() {  # check MODEL_DIR EVAL_N [SECONDS]: SECONDS bounds check_hf (what it wrote by then still comes back)
   [ -f "$1/model.safetensors" ] || { note "no $1/model.safetensors: nothing to check"; status=1; return 1; }
   run make_fp8 python3 training/make_fp8.py --src "$1" --out training/runs/fp8-copy
-  run check_hf python3 training/check_hf.py --model "$1" --fp8 training/runs/fp8-copy --out training/runs/check \
-      --eval-n "$2"
+  run check_hf timeout "${3:-100000}" python3 training/check_hf.py --model "$1" --fp8 training/runs/fp8-copy \
+      --out training/runs/check --eval-n "$2"
   mkdir -p "$stage/training/runs" && cp -r training/runs/check "$stage/training/runs/"
+}
+
+pack() {  # pack NAME: what is staged so far -> $out/NAME.tgz.part-*, and an empty stage
+  (cd "$stage" && tar czf - .) | split -b 15m -d - "$out/$1.tgz.part-"
+  note "packed $1: $(ls "$out" | grep "^$1" | tr '\n' ' ')($(du -sh "$stage" | cut -f1) before compression)"
+  rm -rf "$stage" && stage=$(mktemp -d)
+}
+
+continue_training() {  # continue_training MINUTES
+  [ -f models/glm53-tiny/model.safetensors ] || { note "no models/glm53-tiny to continue from"; exit 1; }
+  # shellcheck disable=SC2086  # TRAIN_ARGS: extra train.py options, word-split on purpose
+  run continue python3 training/train.py --init-from models/glm53-tiny --lr 1e-3 --run training/runs/continue \
+      --minutes "$1" --export-dir training/runs/continue/export ${TRAIN_ARGS:-}
+  copy_run "$root/training/runs/continue"
+  if [ -f training/runs/continue/export/model.safetensors ]; then
+    mkdir -p "$stage/models" && cp -r training/runs/continue/export "$stage/models/glm53-tiny"
+  fi
 }
 
 case "$mode" in
@@ -78,21 +98,26 @@ case "$mode" in
     check models/glm53-tiny 50
     ;;
   continue)
-    [ -f models/glm53-tiny/model.safetensors ] || { note "no models/glm53-tiny to continue from"; exit 1; }
-    run continue python3 training/train.py --init-from models/glm53-tiny --lr 1e-3 --run training/runs/continue \
-        --minutes "${2:-8.5}" --export-dir training/runs/continue/export
-    copy_run "$root/training/runs/continue"
-    if [ -f training/runs/continue/export/model.safetensors ]; then
-      mkdir -p "$stage/models" && cp -r training/runs/continue/export "$stage/models/glm53-tiny"
-    fi
+    continue_training "${2:-8.5}"
+    ;;
+  finish)
+    t_start=$(date +%s)
+    continue_training "${2:-5}"
+    pack model
+    [ -f training/runs/continue/export/model.safetensors ] || { note "no continued model to check"; exit 1; }
+    rm -rf models/glm53-tiny && cp -r training/runs/continue/export models/glm53-tiny
+    check models/glm53-tiny 50 $(( 580 - ($(date +%s) - t_start) - 30 ))
+    pack check
+    note "overall exit $status"
+    exit $status
     ;;
   *)
-    echo "usage: training/h200.sh smoke | all [MINUTES] | train [MINUTES] | check | continue [MINUTES]" >&2
+    echo "usage: training/h200.sh smoke | all [MINUTES] | train [MINUTES] | check | continue [MINUTES] | finish [MINUTES]" >&2
     exit 2
     ;;
 esac
 
-(cd "$stage" && tar czf - .) | split -b 15m -d - "$out/bundle.tgz.part-"
-note "bundle: $(ls "$out" | tr '\n' ' ')($(du -sh "$stage" | cut -f1) before compression); overall exit $status"
+pack bundle
+note "overall exit $status"
 rm -rf "$stage"
 exit $status

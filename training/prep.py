@@ -26,7 +26,7 @@ import data as D  # noqa: E402
 FAMILY_ID = {f: i for i, f in enumerate(D.FAMILIES)}
 
 # Items per family for the full run (~43M tokens in all; docs/tiny-model.md) and for --smoke.
-FULL_COUNTS = dict(arith=120000, mc=80000, retrieval=16000, tools=30000, vision=30000)
+FULL_COUNTS = dict(arith=120000, mc=80000, retrieval=16000, tools=30000, vision=45000)
 SMOKE_COUNTS = dict(arith=300, mc=200, retrieval=60, tools=100, vision=120)
 VAL_COUNTS = dict(arith=64, mc=64, retrieval=40, tools=64, vision=64)
 CHUNK = 2000

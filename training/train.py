@@ -68,6 +68,8 @@ def parse_args(argv=None):
     ap.add_argument("--data-seed", type=int, default=D.DEFAULT_SEED)
     ap.add_argument("--data-scale", type=float, default=2.0, help="times prep.FULL_COUNTS per family (default 2: the faster "
                     "steps of fast_ops see each item about 2-3 times in a 15-minute budget)")
+    ap.add_argument("--family-scale", type=parse_family_scale, default={},
+                    help="per-family factors on top of --data-scale, e.g. retrieval=3,arith=0.1 (the data mix)")
     ap.add_argument("--workers", type=int, default=max(1, min(15, (os.cpu_count() or 2) - 1)))
     ap.add_argument("--step-tokens", type=int, help="padded tokens per step (default 65536; smoke 8192)")
     ap.add_argument("--lr", type=float, default=2e-3)
@@ -80,6 +82,8 @@ def parse_args(argv=None):
     ap.add_argument("--kl-rows", type=int, default=512, help="query rows per sequence in the KL (a random subset)")
     ap.add_argument("--dense-frac", type=float, default=0.15, help="fraction of steps with dense attention")
     ap.add_argument("--bias-gamma", type=float, default=1e-3, help="router bias update speed")
+    ap.add_argument("--profile-step", type=int, default=30, help="profile the Nth step of this process with "
+                    "torch.profiler (RUN/profile.txt; 0: never)")
     ap.add_argument("--log-seconds", type=float, default=10.0)
     ap.add_argument("--ckpt-minutes", type=float, default=3.0)
     ap.add_argument("--export-reserve", type=float, help="seconds kept for the final checkpoint and export "
@@ -112,11 +116,24 @@ class StageFailed(Exception):
     pass
 
 
-def item_counts(size, scale):
+def item_counts(size, scale, family_scale=None):
+    """Training items per family: prep's counts times scale, times family_scale[family] where given."""
     import prep
 
     base = prep.SMOKE_COUNTS if size == "smoke" else prep.FULL_COUNTS
-    return {k: max(1, int(v * scale)) for k, v in base.items()}
+    fs = family_scale or {}
+    return {k: max(1, int(v * scale * fs.get(k, 1.0))) for k, v in base.items()}
+
+
+def parse_family_scale(text):
+    """"retrieval=3,arith=0.1" -> {"retrieval": 3.0, "arith": 0.1}; unknown families are an error."""
+    out = {}
+    for part in filter(None, (text or "").split(",")):
+        fam, _, val = part.partition("=")
+        if fam not in FAMILIES or not val:
+            raise SystemExit(f"--family-scale: '{part}' is not FAMILY=NUMBER with FAMILY one of {', '.join(FAMILIES)}")
+        out[fam] = float(val)
+    return out
 
 
 def flops_per_token(spec):
@@ -136,7 +153,7 @@ def dry_run(a):
     print(text)
     print(json.dumps(dict(text_config=spec["text"], vision_config=spec["vision"], top=spec["top"],
                           eos_token_id=mc.eos_ids()), indent=1))
-    counts = item_counts(a.size, a.data_scale)
+    counts = item_counts(a.size, a.data_scale, a.family_scale)
     fpt = flops_per_token(spec)
     print(f"data: items per family {counts} (+ held-out validation sets)")
     print(f"training: {a.step_tokens} padded tokens per step, lr {a.lr} (warm-up {a.warmup_frac:.0%}, cosine to "
@@ -286,7 +303,7 @@ class Trainer:
         self.pad_id = self.spec["text"]["pad_token_id"]
         img_tok = self.spec["top"]["image_token_id"]
         n_img = (D.IMAGE_SIZE // 28) ** 2
-        counts = item_counts(a.size, a.data_scale)
+        counts = item_counts(a.size, a.data_scale, a.family_scale)
         out = prep.prepare(a.run, counts, prep.VAL_COUNTS if a.size == "full" else
                            {k: max(4, v // 8) for k, v in prep.VAL_COUNTS.items()},
                            a.data_seed, mc.TOKENIZER_JSON, self.renderer, img_tok, n_img, MAX_LEN, a.workers, self.log)
@@ -545,7 +562,10 @@ class Trainer:
                 g["lr"] = self.lr_at(self.step)
             ts = time.time()
             idx = self.batches.next()
-            stats, padded = self.train_step(idx)
+            if a.profile_step and self.step - start_step == a.profile_step:
+                stats, padded = self.profiled_step(idx)
+            else:
+                stats, padded = self.train_step(idx)
             torch.cuda.synchronize()
             dt = time.time() - ts
             self.train_seconds += dt
@@ -589,6 +609,36 @@ class Trainer:
         if win["steps"]:
             self.log_window(win, False)
         self.set_dense(False)
+
+    def profiled_step(self, idx):
+        """train_step under torch.profiler: where a step's time goes (the next lever for more steps per minute).
+        Writes RUN/profile.txt (operators by total device time) and logs the head of it with the kernel count."""
+        torch = self.torch
+        from torch.profiler import ProfilerActivity, profile
+
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+        t0 = time.time()
+        with profile(activities=acts) as prof:
+            out = self.train_step(idx)
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+        wall = time.time() - t0
+        events = prof.key_averages()
+        cuda = torch.cuda.is_available()
+        sort = "self_cuda_time_total" if cuda else "self_cpu_time_total"
+        table = events.table(sort_by=sort, row_limit=40)
+        kernels = sum(e.count for e in prof.events() if getattr(e, "device_type", None) is not None
+                      and "CUDA" in str(e.device_type))
+        device_us = sum(getattr(e, "self_device_time_total", getattr(e, "self_cuda_time_total", 0)) for e in events)
+        lens = self.train_ds["lengths"][idx]
+        head = (f"profile: step of {len(idx)} x {int(lens.max())} tokens, wall {wall * 1e3:.0f} ms (profiler on), "
+                f"device time {device_us / 1e3:.0f} ms in {kernels} device events")
+        with open(os.path.join(self.a.run, "profile.txt"), "w") as fh:
+            fh.write(head + "\n" + table + "\n")
+        self.log(head + f"; table in {os.path.join(self.a.run, 'profile.txt')}")
+        for line in table.splitlines()[:18]:
+            self.log("profile| " + line)
+        return out
 
     def log_window(self, win, dense):
         n = max(1, win["steps"])

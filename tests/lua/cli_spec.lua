@@ -165,7 +165,7 @@ end)
 
 ---------------------------------------------------------------------------------------------------------------
 describe("glm53 (the program)", function()
-    local COMMANDS = { "generate", "chat", "logits", "tokenize", "bench", "mtp-depth", "expert-usage", "lua" }
+    local COMMANDS = { "generate", "chat", "logits", "tokenize", "bench", "mtp-depth", "expert-usage", "tiny-scores", "lua" }
 
     it("--help lists exactly the commands that exist", function()
         local out, rc = run(GLM53 .. "--help")

@@ -108,7 +108,7 @@ describe("glm53.eval.generator", function()
         end
     end)
 
-    it("takes chat messages and text, and refuses media in-process", function()
+    it("takes chat messages and text, and sends media parts to generator.prompt, which needs the model", function()
         local ids = assert(generator.encode(tok, "Question: 1+1?\nAnswer:"))
         assert.are.same(tok:encode("Question: 1+1?\nAnswer:"), ids)
         local chat_ids = assert(generator.encode(tok, { { role = "user", content = "hi" } }))
@@ -116,6 +116,6 @@ describe("glm53.eval.generator", function()
         local none, err = generator.encode(tok, { { role = "user", content = { { type = "text", text = "x" },
                                                                                { type = "image", path = "a.png" } } } })
         assert.is_nil(none)
-        assert.truthy(err:find("server", 1, true))
+        assert.truthy(err:find("generator.prompt", 1, true))
     end)
 end)

@@ -38,7 +38,7 @@ describe("glm53.eval.records", function()
     it("writes fields in a fixed order and objects with sorted or given keys", function()
         local line = records.encode({ latency_s = 0.5, id = "7", prompt = { { role = "user", content = "q" } },
                                       correct = records.ordered({ "b", "a" }, { a = true, b = false }) })
-        assert.are.equal('{"id":"7","prompt":[{"content":"q","role":"user"}],"output":null,"reasoning":null,' ..
+        assert.are.equal('{"id":"7","group":null,"prompt":[{"content":"q","role":"user"}],"output":null,"reasoning":null,' ..
                          '"finish_reason":null,"extracted":null,"extract_stage":null,"correct":{"b":false,"a":true},' ..
                          '"gold":null,"tokens_in":null,"tokens_out":null,"spec":null,"error":null,"latency_s":0.5}', line)
     end)

@@ -249,6 +249,30 @@ function M.stop_ids(ctx, args)
     return ids
 end
 
+-- Calls fn(item, line_no) for each item of a JSONL task file (`--task FILE`: chat items with messages, tools,
+-- family), read with glm53.chat.json: objects keep their key order, which the chat template writes tool schemas
+-- in (lua-cjson's tables would render them with sorted keys: another prompt than the model's). An unreadable file
+-- or a line that is not a JSON object fails the command, naming `flag`.
+function M.each_task_item(path, fn, flag)
+    local json = require("glm53.chat.json")
+    flag = flag or "--task"
+    local f, err = io.open(path)
+    if not f then cli.fail(flag .. ": " .. err) end
+    local line_no = 0
+    for line in f:lines() do
+        line_no = line_no + 1
+        if line:match("%S") then
+            local item = json.decode(line, { exact = true })
+            if json.kind(item) ~= "object" then
+                f:close()
+                cli.fail(("%s %s:%d: not a JSON object"):format(flag, path, line_no))
+            end
+            fn(item, line_no)
+        end
+    end
+    f:close()
+end
+
 -- err about the file at path, starting with the path (once: file errors often name it already).
 function M.about(path, err)
     err = tostring(err)

@@ -60,28 +60,19 @@ function M.run(args)
     -- The prompts by family, in order of first appearance.
     local families, by_name, skipped = {}, {}, 0
     for _, path in ipairs(args.task) do
-        local f, ferr = io.open(path)
-        if not f then cli.fail("--task: " .. ferr) end
-        local line_no = 0
-        for line in f:lines() do
-            line_no = line_no + 1
-            if line:match("%S") then
-                local ok, item = pcall(cjson.decode, line)
-                if not ok or type(item) ~= "table" then cli.fail(("--task %s:%d: not a JSON object"):format(path, line_no)) end
-                local name = type(item.family) == "string" and item.family or "all"
-                local fam = by_name[name]
-                if not fam then
-                    fam = { name = name, prompts = {} }
-                    by_name[name] = fam
-                    families[#families + 1] = fam
-                end
-                if #fam.prompts < args.per_family then
-                    local ids = generator.encode(ctx.tok, item.messages or item.prompt, { tools = item.tools })
-                    if ids then fam.prompts[#fam.prompts + 1] = ids else skipped = skipped + 1 end
-                end
+        common.each_task_item(path, function(item)
+            local name = type(item.family) == "string" and item.family or "all"
+            local fam = by_name[name]
+            if not fam then
+                fam = { name = name, prompts = {} }
+                by_name[name] = fam
+                families[#families + 1] = fam
             end
-        end
-        f:close()
+            if #fam.prompts < args.per_family then
+                local ids = generator.encode(ctx.tok, item.messages or item.prompt, { tools = item.tools })
+                if ids then fam.prompts[#fam.prompts + 1] = ids else skipped = skipped + 1 end
+            end
+        end)
     end
 
     -- Counting.

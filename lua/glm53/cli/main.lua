@@ -37,6 +37,8 @@ M.program = {
           summary = "sweep the MTP draft depth K: acceptance, speed-up, an HTML report" },
         { name = "expert-usage", module = "glm53.cli.expert_usage",
           summary = "routed experts per MoE layer and selection distances per sparse layer, per task family" },
+        { name = "tiny-scores", module = "glm53.cli.tiny_scores",
+          summary = "the tiny model's held-out scores: five task families on the CPU, accuracy with intervals" },
         { name = "lua", module = "glm53.cli.lua", summary = "run a Lua file with the glm53 package on the path" },
     },
     epilog = "--model defaults to the bundled models/" .. common.BUNDLED_MODEL .. " (README.md says what it is).",

@@ -115,31 +115,22 @@ function M.run(args)
     if #args.task > 0 then
         local by_family = {}
         for _, path in ipairs(args.task) do
-            local f, ferr = io.open(path)
-            if not f then die("--task: " .. ferr) end
-            local line_no = 0
-            for line in f:lines() do
-                line_no = line_no + 1
-                if line:match("%S") then
-                    local ok, item = pcall(cjson.decode, line)
-                    if not ok or type(item) ~= "table" then die(("--task %s:%d: not a JSON object"):format(path, line_no)) end
-                    local family = type(item.family) == "string" and item.family or "all"
-                    local g = by_family[family]
-                    if not g then
-                        g = { name = family, prompts = {} }
-                        by_family[family] = g
-                        groups[#groups + 1] = g
-                    end
-                    if #g.prompts < args.per_family then
-                        local prompt = item.messages or item.prompt
-                        if prompt == nil then die(("--task %s:%d: no messages or prompt"):format(path, line_no)) end
-                        local ids, eerr = generator.encode(ctx.tok, prompt, { tools = item.tools })
-                        if not ids then die(("--task %s:%d: %s"):format(path, line_no, eerr)) end
-                        g.prompts[#g.prompts + 1] = ids
-                    end
+            common.each_task_item(path, function(item, line_no)
+                local family = type(item.family) == "string" and item.family or "all"
+                local g = by_family[family]
+                if not g then
+                    g = { name = family, prompts = {} }
+                    by_family[family] = g
+                    groups[#groups + 1] = g
                 end
-            end
-            f:close()
+                if #g.prompts < args.per_family then
+                    local prompt = item.messages or item.prompt
+                    if prompt == nil then die(("--task %s:%d: no messages or prompt"):format(path, line_no)) end
+                    local ids, eerr = generator.encode(ctx.tok, prompt, { tools = item.tools })
+                    if not ids then die(("--task %s:%d: %s"):format(path, line_no, eerr)) end
+                    g.prompts[#g.prompts + 1] = ids
+                end
+            end)
         end
     elseif args.prompts then
         local g = { name = "all", prompts = {} }

@@ -46,7 +46,8 @@ M.EVAL_OPTIONS = {
     { "tokenizer", metavar = "FILE", help = "in-process tokenizer (default DIR/tokenizer.json)" },
     "The task:",
     { "data", metavar = "FILE", help = "the task's JSONL (default: its bundled data)" },
-    { "limit", type = "integer", min = 1, help = "the first N items" },
+    { "group", metavar = "LIST", help = "only the items of these groups (a task's item.group: tiny_retrieval's lengths)" },
+    { "limit", type = "integer", min = 1, help = "the first N items (of the groups chosen)" },
     { "mode", metavar = "LIST", help = "extraction modes to score (default all)" },
     { "fewshot", type = "integer", min = 0, default = 0 },
     { "shots", metavar = "FILE", help = "JSONL of shots for --fewshot" },
@@ -81,7 +82,7 @@ function M.eval(argv, name)
     end
     local ok, result, err = pcall(runner.run, {
         task = task, model = args.model or (not args.server and runner.DEFAULT_MODEL) or nil, server = args.server,
-        data = args.data, limit = args.limit, concurrency = args.concurrency, out = args.out or ("reports/eval-" .. task),
+        data = args.data, groups = split_list(args.group), limit = args.limit, concurrency = args.concurrency, out = args.out or ("reports/eval-" .. task),
         seed = args.seed, modes = split_list(args.mode), fewshot = args.fewshot, shots = args.shots,
         max_tokens = args.max_tokens, temperature = args.temperature, device = args.device, threads = args.threads,
         spec_k = args.spec_k, reasoning = args.reasoning, task_opts = task_opts, model_name = args.model_name,
@@ -92,6 +93,7 @@ function M.eval(argv, name)
     if not result then return failure(name, err) end
     local s = result.summary
     print(text.table(summary.table(s)))
+    if s.groups then print("\n" .. text.table(summary.group_table(s))) end
     print(string.format("%d items, %d errors, %d stopped by max tokens; records, summary and report.html in %s",
                         s.items, s.errors, s.length_stops, result.dir))
     return 0

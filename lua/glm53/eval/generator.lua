@@ -7,6 +7,7 @@ drives it to the end with :run(); an event loop can call :step() between I/O.
     local generator = require("glm53.eval.generator")
     local g = assert(generator.new(m, tok, { max_seqs = 4 }))
     local ids = assert(generator.encode(tok, { { role = "user", content = "hi" } }))   -- chat template, then ids
+    -- prompts with pictures: local p = assert(generator.prompt(m, tok, messages)), then submit p.ids, p.embeddings, p.use
     g:submit({ ids = ids, max_tokens = 64, stop = { "Question:" }, seed = 1 }, {
         on_delta = function(text, job) io.write(text) end,          -- optional: text as it is decoded
         on_tokens = function(n, job) end,                           -- optional: n new tokens this round
@@ -74,13 +75,13 @@ end
 M.has_media = has_media
 
 -- The prompt ids of a task prompt: chat messages through the model's chat template (opts: chat.render's), or
--- text as it is. nil, err for a template failure or media parts (in-process generation takes text only).
+-- text as it is. nil, err for a template failure or media parts (their embedding rows need the model:
+-- generator.prompt).
 function M.encode(tok, prompt, opts)
     local text = prompt
     if type(prompt) == "table" then
         if has_media(prompt) then
-            return nil, "the prompt has image or video parts: in-process generation takes text prompts only " ..
-                        "(the generation driver prefills token ids); run it against a server (--server)"
+            return nil, "the prompt has image or video parts: their embedding rows need the model (generator.prompt)"
         end
         local err
         text, err = chat.render(prompt, opts)
@@ -89,6 +90,27 @@ function M.encode(tok, prompt, opts)
         error("generator.encode: prompt must be chat messages or text", 2)
     end
     return tok:encode(text)
+end
+
+-- A task prompt ready to submit: { ids (a Lua array), embeddings, use } where embeddings (float [n, hidden]) and
+-- use (uint8_t [n]) are the picture rows of chat messages with image or video parts (nil for other prompts): the
+-- parts' sources are preprocessed and run through m's vision tower, their rows placed at the chat template's
+-- placeholders (glm53.engine.vision.chat). opts: chat.render's (tools, ...). nil, err for a template failure, an
+-- unreadable picture or a model without a vision tower.
+function M.prompt(m, tok, prompt, opts)
+    if type(prompt) ~= "table" or not has_media(prompt) then
+        local ids, err = M.encode(tok, prompt, opts)
+        if not ids then return nil, err end
+        return { ids = ids }
+    end
+    if m.config.has_vision == 0 then return nil, "the prompt has image or video parts and " .. tostring(m.path) ..
+                                                 " has no vision tower" end
+    local vision = require("glm53.engine.vision")
+    local p, err = vision.chat(m, tok, prompt, opts)
+    if not p then return nil, err end
+    local ids = {}
+    for i = 0, p.n - 1 do ids[i + 1] = p.ids[i] end
+    return { ids = ids, embeddings = p.embeddings, use = p.use }
 end
 
 local function new_driver(self)
@@ -115,7 +137,8 @@ function M.new(m, tok, opts)
 end
 
 -- Queues a request: req.ids (prompt ids), req.max_tokens (default 256), req.stop (stop strings), req.seed,
--- req.stop_ids (default the generator's; {} ignores end-of-turn tokens). cb.on_done(result, job) is called
+-- req.stop_ids (default the generator's; {} ignores end-of-turn tokens), req.embeddings and req.use (picture
+-- rows of the prompt, as generator.prompt gives them). cb.on_done(result, job) is called
 -- once; cb.on_delta(text, job) with each piece of text; cb.on_tokens(n, job) after each round that committed n
 -- tokens of the request (before their text). Returns the job.
 function Generator:submit(req, cb)
@@ -158,7 +181,8 @@ function Generator:_admit()
         local req = job.req
         job.t_start = clock.now()
         local s, err = self.d:add(req.ids, { max_new = req.max_tokens or 256, seed = req.seed,
-                                             stop_ids = req.stop_ids or self.stop_ids })
+                                             stop_ids = req.stop_ids or self.stop_ids,
+                                             embeddings = req.embeddings, use = req.use })
         if not s then
             complete(job, { finish_reason = "error", error = err })
         else

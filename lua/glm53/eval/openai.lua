@@ -24,8 +24,9 @@ t_first - t_start, itl = the gaps between successive chunks with a choice, laten
 streaming (vLLM's benchmarks/lib/endpoint_request_func.py: only chunks with a token advance the end; the
 trailing usage chunk does not), t_end - t_start otherwise. Argument errors raise.
 
-Media parts of chat messages ({type = "image", path = ...}, as evals/mmmu_pro.lua writes them) are sent as
-OpenAI image_url parts with base64 data URLs.
+Media parts of chat messages that name a local file ({type = "image", path = ...}, as evals/mmmu_pro.lua writes
+them, or an image_url part whose url is a path, as the tiny tasks' files have them) are sent as OpenAI image_url
+parts with base64 data URLs.
 ]]
 local cjson = require("cjson")
 local clock = require("glm53.util.clock")
@@ -41,8 +42,22 @@ local function lower_ext(path)
     return (path:match("%.(%w+)$") or ""):lower()
 end
 
--- Messages with {type = "image", path = p} parts turned into image_url parts with data URLs; nil, err when
--- an image cannot be read.
+-- The local file an image part names, or nil: {type = "image", path = p}, or an image_url part whose url is a
+-- path (not a data:, http: or https: URL).
+local function local_image(part)
+    if type(part) ~= "table" then return nil end
+    if part.type == "image" then return part.path end
+    if part.type == "image_url" and type(part.image_url) == "table" then
+        local url = part.image_url.url
+        if type(url) == "string" and not url:match("^data:") and not url:match("^https?://") then
+            return (url:gsub("^file://", ""))
+        end
+    end
+    return nil
+end
+
+-- Messages with local image parts (local_image) turned into image_url parts with data URLs; nil, err when an
+-- image cannot be read.
 function M.wire_messages(messages)
     local out = {}
     for i, msg in ipairs(messages) do
@@ -51,10 +66,11 @@ function M.wire_messages(messages)
         if type(msg.content) == "table" then
             local parts = {}
             for j, part in ipairs(msg.content) do
-                if type(part) == "table" and part.type == "image" and part.path then
-                    local bytes, err = file.read_file(part.path)
+                local path = local_image(part)
+                if path then
+                    local bytes, err = file.read_file(path)
                     if not bytes then return nil, "message " .. i .. " part " .. j .. ": " .. tostring(err) end
-                    local mime = MIME[lower_ext(part.path)] or "application/octet-stream"
+                    local mime = MIME[lower_ext(path)] or "application/octet-stream"
                     parts[j] = { type = "image_url",
                                  image_url = { url = "data:" .. mime .. ";base64," .. base64.encode(bytes) } }
                 else

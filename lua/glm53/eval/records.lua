@@ -11,17 +11,19 @@ that their items run again.
     local list = assert(records.read("out/records.jsonl"))    -- every record, in file order
 
 A record is a table with the fields of records.FIELDS (absent ones are written as null), in that order.
-Objects inside it are written with sorted keys, or in the order records.ordered(keys, values) gives, so equal
-records are equal bytes whatever the process (LuaJIT's table order is not stable across processes). Numbers
+Objects inside it are written with sorted keys, or in the order records.ordered(keys, values) gives, or in the
+order glm53.chat.json recorded (a prompt read from a task file keeps its keys' order), so equal records are
+equal bytes whatever the process (LuaJIT's table order is not stable across processes). Numbers
 are written as cjson writes them (14 significant digits). Argument errors raise; I/O failures and malformed
 lines (other than a partial last one) return nil, "path:line: reason".
 ]]
 local cjson = require("cjson")
+local json = require("glm53.chat.json")
 local file = require("glm53.util.file")
 
 local M = {}
 
-M.FIELDS = { "id", "prompt", "output", "reasoning", "finish_reason", "extracted", "extract_stage", "correct", "gold",
+M.FIELDS = { "id", "group", "prompt", "output", "reasoning", "finish_reason", "extracted", "extract_stage", "correct", "gold",
              "tokens_in", "tokens_out", "spec", "error", "latency_s" }
 
 local ORDER = setmetatable({}, { __mode = "k" })   -- table -> its key order
@@ -47,15 +49,18 @@ end
 
 function encode_value(v)
     local tv = type(v)
-    if v == nil or v == cjson.null then return "null" end
+    if v == nil or v == cjson.null or json.is_null(v) then return "null" end
     if tv == "string" or tv == "number" or tv == "boolean" then return cjson.encode(v) end
     if tv ~= "table" then error("records: cannot write a " .. tv, 0) end
+    if json.is_number_box(v) then return tostring(v) end   -- a number as the task file wrote it (1.0)
     local keys = ORDER[v]
     if keys then return encode_object(v, keys) end
+    local declared = json.declared_kind(v)
+    if declared == "object" then return encode_object(v, json.keys(v)) end
     local n = #v
     local count = 0
     for _ in pairs(v) do count = count + 1 end
-    if count == n then   -- an array (an empty table is written [])
+    if count == n or declared == "array" then   -- an array (an empty table is written [])
         local out = {}
         for i = 1, n do out[i] = encode_value(v[i]) end
         return "[" .. table.concat(out, ",") .. "]"

@@ -9,9 +9,11 @@ a summary with Wilson intervals and an HTML report. scripts/eval.lua is its comm
     print(result.summary.modes[1].p, result.dir)
 
 opts:
-  task          a module name of evals/ (gsm8k, gsm8k_cot, mmlu_pro, gpqa, mmmu_pro)
+  task          a module name of evals/ (gsm8k, gsm8k_cot, mmlu_pro, gpqa, mmmu_pro, tiny_arith, tiny_mc,
+                tiny_retrieval, tiny_tools, tiny_vision)
   data          its JSONL (default runner.DEFAULT_DATA[task]); shots: a JSONL of shots for fewshot (task-dependent:
                 gsm8k_cot has its eight built in)
+  groups        only the items whose `group` is in this list (e.g. { "2048" } of tiny_retrieval), before limit
   limit         the first N items; modes: the modes to score (default all the task's); fewshot (default 0)
   task_opts     { key = value } given to the task's load and prompt (format, style, method, shuffle, repeats)
   max_tokens    default the task's max_gen_toks, else runner.DEFAULT_MAX_TOKENS
@@ -28,6 +30,13 @@ opts:
                 $OPENAI_API_KEY)
   progress      { every = N } for the progress bar, or false; log: function(line) (default stderr)
   on_record     function(record, done): called after each record is written (tests)
+
+Besides load, prompt, modes, extract, match and gold (docs/evals.md), a task module may have:
+  chat_opts(item)      options of the chat template for the item's prompt ({ tools = ... }); in-process only
+  scored(item, mode)   false where a mode does not score the item (its record has null for that mode, and the
+                       mode's n leaves it out), e.g. the validity of tool calls on items whose gold is no call
+and its items may carry `group` (a string): records keep it, and the summary gives the accuracy per group.
+Chat prompts with image parts are run in-process through the model's vision tower (glm53.eval.generator.prompt).
 
 A run directory is resumable: records already there are kept and their items skipped, records with an error
 are dropped and tried again, a partial last line is cut off; records are written in item order (results that
@@ -76,6 +85,11 @@ M.DEFAULT_DATA = {
     mmlu_pro = "evals/data/mmlu_pro/sample.jsonl",
     gpqa = "evals/data/gpqa/sample.jsonl",
     mmmu_pro = "evals/data/mmmu_pro/sample.jsonl",
+    tiny_arith = "evals/data/tiny/arith.jsonl",
+    tiny_mc = "evals/data/tiny/mc.jsonl",
+    tiny_retrieval = "evals/data/tiny/retrieval.jsonl",
+    tiny_tools = "evals/data/tiny/tools.jsonl",
+    tiny_vision = "evals/data/tiny/vision.jsonl",
 }
 M.DEFAULT_MAX_TOKENS = 256
 
@@ -124,38 +138,48 @@ end
 ---------------------------------------------------------------------------------------------------------------
 local parsers = require("glm53.chat.parsers")
 
--- The text answers are read from, and the reasoning kept apart (see opts.reasoning).
-local function split_output(raw, server_reasoning, chat_prompt, reasoning_mode)
+-- The text answers are read from, and the reasoning kept apart (see opts.reasoning). A server's reply was split
+-- by its reasoning parser already when it sent reasoning, or when its content holds no </think> (our server sends
+-- reasoning_content null for an empty think block, and everything as reasoning when the block never closes);
+-- in-process output is the raw text after the prompt's open <think>.
+local function split_output(raw, server_reasoning, chat_prompt, reasoning_mode, from_server)
     if not chat_prompt then return raw, nil end
     if reasoning_mode == "keep" then
         if server_reasoning then return server_reasoning .. "</think>" .. raw, nil end
         return raw, nil
     end
     if server_reasoning then return raw, server_reasoning end
+    if from_server and not raw:find("</think>", 1, true) then return raw, nil end
     local r = parsers.parse(raw)
-    return r.content or "", r.reasoning
+    return r.content or "", r.reasoning ~= "" and r.reasoning or nil   -- an empty think block: null, as a server sends it
 end
 
 -- The record of one item from a generation result g = { raw, reasoning, finish_reason, tokens_in, tokens_out,
--- latency, spec, error }.
+-- latency, spec, error, server (true for a server's reply) }.
 local function make_record(run, item, prompt, g)
     local null = cjson.null
-    local rec = { id = item.id, prompt = prompt, gold = run.task_mod.gold(item), tokens_in = g.tokens_in or null,
-                  tokens_out = g.tokens_out or null, latency_s = g.latency or null, spec = g.spec or null }
+    local rec = { id = item.id, group = item.group or null, prompt = prompt, gold = run.task_mod.gold(item),
+                  tokens_in = g.tokens_in or null, tokens_out = g.tokens_out or null, latency_s = g.latency or null,
+                  spec = g.spec or null }
     if g.error then
         rec.error, rec.finish_reason = g.error, "error"
         return rec
     end
-    local output, reasoning = split_output(g.raw, g.reasoning, type(prompt) == "table", run.reasoning)
+    local output, reasoning = split_output(g.raw, g.reasoning, type(prompt) == "table", run.reasoning, g.server)
     rec.output, rec.reasoning, rec.finish_reason = output, reasoning or null, g.finish_reason or null
     local extracted, stages, correct = {}, {}, {}
     local has_stage = false
+    local scored = run.task_mod.scored
     for _, mode in ipairs(run.modes) do
-        local answer, stage = run.task_mod.extract(output, mode, item)
-        extracted[mode] = answer == nil and null or answer
-        stages[mode] = stage == nil and null or stage
-        has_stage = has_stage or stage ~= nil
-        correct[mode] = run.task_mod.match(answer, rec.gold, mode) and true or false
+        if scored and not scored(item, mode) then
+            extracted[mode], stages[mode], correct[mode] = null, null, null
+        else
+            local answer, stage = run.task_mod.extract(output, mode, item)
+            extracted[mode] = answer == nil and null or answer
+            stages[mode] = stage == nil and null or stage
+            has_stage = has_stage or stage ~= nil
+            correct[mode] = run.task_mod.match(answer, rec.gold, mode) and true or false
+        end
     end
     rec.extracted = records.ordered(run.modes, extracted)
     rec.extract_stage = has_stage and records.ordered(run.modes, stages) or null
@@ -194,9 +218,10 @@ local function run_engine(run, jobs, on_result)
         local job = jobs[next_job]
         if not job then return end
         next_job = next_job + 1
-        local ids, eerr = generator.encode(tok, job.prompt)
-        if not ids then return on_result(job, { error = eerr }) or submit_next() end
-        g:submit({ ids = ids, max_tokens = run.max_tokens, stop = run.stop, seed = job.seed }, {
+        local p, eerr = generator.prompt(m, tok, job.prompt, job.chat_opts)
+        if not p then return on_result(job, { error = eerr }) or submit_next() end
+        g:submit({ ids = p.ids, embeddings = p.embeddings, use = p.use, max_tokens = run.max_tokens, stop = run.stop,
+                   seed = job.seed }, {
             on_done = function(r)
                 on_result(job, { raw = r.text, finish_reason = r.finish_reason, tokens_in = r.tokens_in,
                                  tokens_out = r.tokens_out, latency = r.t_end - r.t_start, spec = spec_of(r.stats),
@@ -236,9 +261,9 @@ local function run_server(run, jobs, on_result)
         openai.complete(pool, req, function(r)
             running = running - 1
             local ok, cerr = pcall(on_result, job, {
-                raw = r.text, reasoning = r.reasoning, finish_reason = r.finish_reason, tokens_in = r.prompt_tokens,
-                tokens_out = r.completion_tokens, latency = r.ok and r.latency or (r.t_end - r.t_start),
-                error = not r.ok and (r.error or "request failed") or nil })
+                raw = r.text, reasoning = r.reasoning, server = true, finish_reason = r.finish_reason,
+                tokens_in = r.prompt_tokens, tokens_out = r.completion_tokens,
+                latency = r.ok and r.latency or (r.t_end - r.t_start), error = not r.ok and (r.error or "request failed") or nil })
             if not ok then
                 failure = failure or cerr
                 pool:close()
@@ -304,6 +329,10 @@ function M.run(opts)
     run.stop = gen["until"] or {}
     run.max_tokens = opts.max_tokens or gen.max_gen_toks or M.DEFAULT_MAX_TOKENS
     run.modes = opts.modes or task_mod.modes
+    if opts.server and task_mod.chat_opts then
+        return nil, "task " .. opts.task .. " gives its prompts chat-template options (tools) that the OpenAI " ..
+                    "request this runner sends does not carry: run it in-process (--model)"
+    end
     for _, mode in ipairs(run.modes) do
         local known = false
         for _, m in ipairs(task_mod.modes) do known = known or m == mode end
@@ -320,6 +349,15 @@ function M.run(opts)
     local items
     items, err = task_mod.load(data, load_opts)
     if not items then return nil, err end
+    if opts.groups then
+        local wanted, kept = {}, {}
+        for _, g in ipairs(opts.groups) do wanted[tostring(g)] = true end
+        for _, item in ipairs(items) do
+            if item.group ~= nil and wanted[item.group] then kept[#kept + 1] = item end
+        end
+        if #kept == 0 then return nil, "task " .. opts.task .. ": no item is in the groups " .. table.concat(opts.groups, ", ") end
+        items = kept
+    end
     if opts.limit and opts.limit < #items then
         for i = #items, opts.limit + 1, -1 do items[i] = nil end
     end
@@ -363,7 +401,8 @@ function M.run(opts)
                              " (give --shots FILE, a JSONL of shots the task loads)" or ""
                 return nil, "task " .. opts.task .. ": " .. tostring(prompt) .. hint
             end
-            jobs[#jobs + 1] = { item = item, prompt = prompt, seed = item_seed(run.seed, item.id), pos = #jobs + 1 }
+            jobs[#jobs + 1] = { item = item, prompt = prompt, seed = item_seed(run.seed, item.id), pos = #jobs + 1,
+                                chat_opts = task_mod.chat_opts and task_mod.chat_opts(item) or nil }
         end
     end
     log(string.format("eval: %s, %d items (%d done before, %d to run), %s, concurrency %d, out %s", opts.task,
@@ -408,7 +447,8 @@ function M.run(opts)
     for _, item in ipairs(items) do mine[#mine + 1] = by_id[item.id] end
     local s = summary.compute(mine, run.modes)
     local settings = {
-        { "task", opts.task }, { "data", data }, { "items", #items },
+        { "task", opts.task }, { "data", data },
+        { "groups", opts.groups and table.concat(opts.groups, ", ") or "all" }, { "items", #items },
         { opts.model and "model" or "server", opts.model or opts.server },
         { "served model", opts.server and (run.model_name or opts.model_name) or "-" },
         { "seed", run.seed }, { "fewshot", prompt_opts.fewshot }, { "max tokens", run.max_tokens },

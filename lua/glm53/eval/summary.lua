@@ -9,10 +9,12 @@ report.html (Markdown through cmark, a table, SVG plots).
     print(s.modes[1].p, s.modes[1].lo, s.modes[1].hi, s.errors, s.length_stops)
     assert(summary.write("out", s, { title = "gsm8k on models/tiny", settings = { { "seed", "0" } } }))
 
-Per mode: n = records without an error; correct; wrong = not correct and not cut by max_tokens; wrong_length =
-not correct and finish_reason "length" (the answer may not have been written yet); p = correct / n with the
-Wilson interval lo, hi (glm53.report.stats.proportion). errors = records with an error (no output: they are
-not in n, and a resumed run tries them again); length_stops = all records with finish_reason "length".
+Per mode: n = records without an error that the mode scored (a task may leave items out of a mode: their
+`correct` is null there); correct; wrong = not correct and not cut by max_tokens; wrong_length = not correct and
+finish_reason "length" (the answer may not have been written yet); p = correct / n with the Wilson interval lo,
+hi (glm53.report.stats.proportion). errors = records with an error (no output: they are not in n, and a resumed
+run tries them again); length_stops = all records with finish_reason "length". When records carry a `group`,
+s.groups lists per group, in order of first appearance, { group, items, modes = the same per-mode counts }.
 ]]
 local cjson = require("cjson")
 local stats = require("glm53.report.stats")
@@ -54,6 +56,26 @@ local function spec_totals(recs)
     return total
 end
 
+-- The per-mode counts of records (see the header).
+local function mode_counts(recs, modes)
+    local out = {}
+    for _, mode in ipairs(modes) do
+        local n, correct, wrong_length = 0, 0, 0
+        for _, r in ipairs(recs) do
+            local c = present(r.correct) and r.correct[mode]
+            if not present(r.error) and c ~= null then
+                n = n + 1
+                if c == true then correct = correct + 1
+                elseif r.finish_reason == "length" then wrong_length = wrong_length + 1 end
+            end
+        end
+        local pr = stats.proportion(correct, n)
+        out[#out + 1] = { mode = mode, n = n, correct = correct, wrong = n - correct - wrong_length,
+                          wrong_length = wrong_length, p = pr.p, lo = pr.lo, hi = pr.hi }
+    end
+    return out
+end
+
 function M.compute(recs, modes)
     if type(recs) ~= "table" or type(modes) ~= "table" then error("summary.compute: records and modes must be arrays", 2) end
     local s = { items = #recs, errors = 0, length_stops = 0, tokens_in = 0, tokens_out = 0, modes = {} }
@@ -68,19 +90,21 @@ function M.compute(recs, modes)
             if type(r.latency_s) == "number" then latencies[#latencies + 1] = r.latency_s end
         end
     end
-    for _, mode in ipairs(modes) do
-        local n, correct, wrong_length = 0, 0, 0
-        for _, r in ipairs(recs) do
-            if not present(r.error) then
-                n = n + 1
-                local c = present(r.correct) and r.correct[mode]
-                if c == true then correct = correct + 1
-                elseif r.finish_reason == "length" then wrong_length = wrong_length + 1 end
-            end
+    s.modes = mode_counts(recs, modes)
+    local by_group, order = {}, {}
+    for _, r in ipairs(recs) do
+        if present(r.group) then
+            local g = tostring(r.group)
+            if not by_group[g] then by_group[g], order[#order + 1] = {}, g end
+            local list = by_group[g]
+            list[#list + 1] = r
         end
-        local pr = stats.proportion(correct, n)
-        s.modes[#s.modes + 1] = { mode = mode, n = n, correct = correct, wrong = n - correct - wrong_length,
-                                  wrong_length = wrong_length, p = pr.p, lo = pr.lo, hi = pr.hi }
+    end
+    if #order > 0 then
+        s.groups = {}
+        for i, g in ipairs(order) do
+            s.groups[i] = { group = g, items = #by_group[g], modes = mode_counts(by_group[g], modes) }
+        end
     end
     s.latency = stats.describe(latencies)
     s.latency_s = latencies
@@ -97,6 +121,23 @@ function M.table(s)
     for _, m in ipairs(s.modes) do
         rows[#rows + 1] = { m.mode, tostring(m.n), tostring(m.correct), fmt(m.p), "[" .. fmt(m.lo) .. ", " .. fmt(m.hi) .. "]",
                             tostring(m.wrong), tostring(m.wrong_length) }
+    end
+    return header, rows
+end
+
+-- The per-group accuracy table (nil when the records have no groups): header and rows of strings; a mode that
+-- scored no item of a group has no row there.
+function M.group_table(s)
+    if not s.groups then return nil end
+    local header = { "group", "mode", "n", "correct", "accuracy", "95% CI (Wilson)" }
+    local rows = {}
+    for _, g in ipairs(s.groups) do
+        for _, m in ipairs(g.modes) do
+            if m.n > 0 then
+                rows[#rows + 1] = { g.group, m.mode, tostring(m.n), tostring(m.correct), fmt(m.p),
+                                    "[" .. fmt(m.lo) .. ", " .. fmt(m.hi) .. "]" }
+            end
+        end
     end
     return header, rows
 end
@@ -122,6 +163,11 @@ function M.write(dir, s, info)
                              s.items, s.items - s.errors, s.errors, s.length_stops, s.tokens_in, s.tokens_out,
                              fmt(s.latency.median), fmt(s.latency.p90), fmt(s.latency.p99)) },
     }
+    if s.groups then
+        local gh, gr = M.group_table(s)
+        blocks[#blocks + 1] = { md = "## Per group" }
+        blocks[#blocks + 1] = { table = { header = gh, rows = gr, align = { "l", "l", "r", "r", "r", "r" } } }
+    end
     if #settings_rows > 0 then
         blocks[#blocks + 1] = { md = "## Settings" }
         blocks[#blocks + 1] = { table = { header = { "setting", "value" }, rows = settings_rows, align = { "l", "l" } } }
@@ -154,7 +200,7 @@ function M.write(dir, s, info)
     if not doc then return nil, err end
     local json = { title = info.title, settings = {}, items = s.items, errors = s.errors,
                    length_stops = s.length_stops, tokens_in = s.tokens_in, tokens_out = s.tokens_out,
-                   modes = s.modes, latency = s.latency, spec = s.spec }
+                   modes = s.modes, groups = s.groups, latency = s.latency, spec = s.spec }
     for _, kv in ipairs(info.settings or {}) do json.settings[kv[1]] = kv[2] end
     local ok, werr = file.write_file(dir .. "/summary.json", cjson.encode(json) .. "\n", { atomic = true })
     if ok then ok, werr = file.write_file(dir .. "/summary.md", doc.markdown, { atomic = true }) end

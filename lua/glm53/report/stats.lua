@@ -81,8 +81,11 @@ function M.wilson(k, n, z)
     local denom = 1 + z2 / n
     local center = (p + z2 / (2 * n)) / denom
     local half = z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / denom
-    -- At k = 0 or k = n one bound is exactly 0 or 1; rounding must not push it past.
-    return math.max(0, center - half), math.min(1, center + half)
+    -- At k = 0 or k = n one bound is exactly 0 or 1 (center and half are equal there); rounding leaves them a few
+    -- ulps apart, on either side.
+    local lo = k == 0 and 0 or math.max(0, center - half)
+    local hi = k == n and 1 or math.min(1, center + half)
+    return lo, hi
 end
 
 -- k successes in n trials as { k, n, p = k / n, lo, hi } with the Wilson 95% interval (p = 0 when n = 0).
