@@ -15,6 +15,8 @@
 --                                        prompt, gold
 --   tiny.canonical(v)                    a JSON value with every object's keys sorted (order-free comparison)
 --   tiny.check_mode(task, mode, fname)   the mode, defaulted to the task's first; raises for an unknown one
+--   tiny.pattern_extract(task)           an extract(output, mode, item): the first group of task.PATTERN's first match
+--   tiny.match_same                      a match(...) whose answer is right when it equals the gold text
 --
 -- Argument errors raise; runtime failures (unreadable file, bad line) return nil, "path:line: reason".
 
@@ -85,6 +87,20 @@ function M.check_mode(task, mode, fname)
     end
     error(format("bad argument #2 to '%s' (unknown mode %s)", fname or "extract", tostring(mode)), 3)
 end
+
+--- An extract(output, mode, item) for a task whose answer is the first group of the first match of task.PATTERN
+-- (common.search), or nil when nothing matches.
+function M.pattern_extract(task)
+    return function(output, mode, item)
+        argcheck(type(output) == "string", 1, "extract", "output string expected")
+        M.check_mode(task, mode, "extract")
+        local _, groups = common.search(task.PATTERN, output)
+        return groups and groups[1] or nil
+    end
+end
+
+--- A match for answers that must equal the gold text.
+M.match_same = common.matcher(function(answer, gold) return answer == gold end)
 
 --- v with every object's keys in sorted order, recursively (a copy; arrays stay arrays): two values that are
 -- equal as JSON encode to the same text whatever order their keys came in.

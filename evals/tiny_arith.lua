@@ -4,7 +4,6 @@
 -- with the gold `answer` as text: "#### 312" and "#### 312." give 312, "####312" and "#### $312" give
 -- nothing, "#### 312.0" is not 312.
 
-local common = require("evals.common")
 local tiny = require("evals.tiny")
 
 local M = tiny.task({ family = "arith", modes = { "final-number" }, max_tokens = 96 })
@@ -23,14 +22,9 @@ function M.load(path, opts)
 end
 
 --- The number after the first "#### ", or nil.
-function M.extract(output, mode, item)
-    common.argcheck(type(output) == "string", 1, "extract", "output string expected")
-    tiny.check_mode(M, mode, "extract")
-    local _, groups = common.search(M.PATTERN, output)
-    return groups and groups[1] or nil
-end
+M.extract = tiny.pattern_extract(M)
 
 --- The same text.
-M.match = common.matcher(function(answer, gold) return answer == gold end)
+M.match = tiny.match_same
 
 return M

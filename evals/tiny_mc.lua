@@ -25,14 +25,9 @@ function M.load(path, opts)
 end
 
 --- The letter after the first "Answer: ", or nil.
-function M.extract(output, mode, item)
-    common.argcheck(type(output) == "string", 1, "extract", "output string expected")
-    tiny.check_mode(M, mode, "extract")
-    local _, groups = common.search(M.PATTERN, output)
-    return groups and groups[1] or nil
-end
+M.extract = tiny.pattern_extract(M)
 
 --- The same letter.
-M.match = common.matcher(function(answer, gold) return answer == gold end)
+M.match = tiny.match_same
 
 return M
