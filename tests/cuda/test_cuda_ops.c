@@ -979,17 +979,32 @@ done:
     check_end();
 }
 
-/* pos[] gives each row's absolute position; levels > 0 draws scores from that many values (ties). */
+/* levels of check_kpool_select: scores as one index head makes them, w_t * relu(x - 1) with x ~ N(0, 1) and the
+ * row's weight w_t of alternating sign. About 84% of them are exactly zero, -0.0 where w_t < 0 (it must tie +0.0:
+ * a selection on the float bits would rank them apart); with w_t > 0 the budget mostly ends inside the zeros
+ * after the few positive pools, with w_t < 0 the zeros are the best scores and it ends inside them. */
+enum { RELU_ZEROS = -1 };
+
+/* pos[] gives each row's absolute position; levels > 0 draws scores from that many values (ties); RELU_ZEROS as
+ * above. */
 static void check_kpool_select(int64_t T, const int32_t *pos, int64_t G, int32_t P, int32_t n_select, int with_tail,
                                int levels) {
     check_begin("kpool_select", "f32", "T %lld G %lld P %d n_sel %d%s%s", (long long)T, (long long)G, P, n_select,
-                with_tail ? " tail" : "", levels ? " ties" : "");
+                with_tail ? " tail" : "", levels == RELU_ZEROS ? " relu zeros" : levels ? " ties" : "");
     tpair scores = {0}, pp = {0}, idx = {0};
     NEED(kpool_select);
     int64_t W = (int64_t)n_select * P + (with_tail ? P - 1 : 0);
     float *sv = randn(T * G, 1.0f, false);
-    if (levels)
+    if (levels > 0)
         for (int64_t i = 0; i < T * G; i++) sv[i] = (float)rand_below(levels);
+    if (levels == RELU_ZEROS)
+        for (int64_t t = 0; t < T; t++) {
+            float w = (t % 2 ? -1.0f : 1.0f) * (0.5f + test_uniform());
+            for (int64_t g = 0; g < G; g++) {
+                float x = sv[t * G + g] - 1.0f;
+                sv[t * G + g] = w * (x > 0.0f ? x : 0.0f);
+            }
+        }
     TRY(act_pair(&scores, F32, sv, SHAPE(T, G)));
     TRY(i32_pair(&pp, pos, SHAPE(T)));
     TRY(out_pair(&idx, I32, SHAPE(T, W)));
@@ -1264,6 +1279,7 @@ static void group_indexer(void) {
         const int32_t pos[] = {2, 20, 100, 119};   /* closed 0, 5, 25, 30 */
         check_kpool_select(4, pos, 30, 4, 8, 1, 0);
         check_kpool_select(4, pos, 30, 4, 8, 1, 3);
+        check_kpool_select(4, pos, 30, 4, 8, 1, RELU_ZEROS);
     }
     {
         const int32_t pos[] = {1, 31, 35, 119};   /* closed 0 (no position at all), 8 (= n_select), 9, 30 */
@@ -1274,10 +1290,12 @@ static void group_indexer(void) {
         const int32_t pos[] = {2399, 2050, 100};   /* closed 600, 512, 25 */
         check_kpool_select(3, pos, 600, 4, 512, 1, 0);
         check_kpool_select(3, pos, 600, 4, 512, 1, 5);
+        check_kpool_select(3, pos, 600, 4, 512, 1, RELU_ZEROS);
     }
     {
         const int32_t pos[] = {999999, 400002};   /* closed 250000, 100000 */
         check_kpool_select(2, pos, 250000, 4, 512, 1, 0);
+        check_kpool_select(2, pos, 250000, 4, 512, 1, RELU_ZEROS);
     }
     for (int dt = F32; dt <= BF16; dt++) {
         check_sparse_mla(1, 4, 32, 16, 32, 40, 12, dt, dt);

@@ -30,6 +30,15 @@ end
 
 local list = fixtures.list()
 
+-- ", N rows tied at the KPool boundary" for a fixture whose meta.json counts the query rows where the reference's
+-- pool selection ended inside a run of exactly equal scores (tiny-ties: make_fixtures.py asserts there are some,
+-- decided by the lower-pool policy); "" for the others.
+local function boundary_ties_note(fx)
+    local meta = fixtures.read_json(fx.dir .. "/meta.json")
+    local ties = meta and meta.kpool_boundary_ties
+    return ties and string.format(", %d rows tied at the KPool boundary", ties.rows) or ""
+end
+
 describe("fixtures", function()
     it("are present", function()
         assert.is_true(#list >= 3, "expected the committed fixtures under " .. fixtures.root())
@@ -38,7 +47,7 @@ end)
 
 for _, fx in ipairs(list) do
     describe("fixture " .. fx.name, function()
-        local m, ids, T, ref
+        local m, ids, T, ref, ties_note
         setup(function()
             m = assert(model.load(fx.dir, device.load_opts()))
             local tokens = assert(npy.read(fx.dir .. "/tokens.npy"))
@@ -47,6 +56,7 @@ for _, fx in ipairs(list) do
             for i = 0, T - 1 do ids[i] = tokens.data[i] end
             ref = assert(npy.read(fx.dir .. "/logits.npy"))
             assert.are.same({ T, m.vocab_size }, ref.shape)
+            ties_note = boundary_ties_note(fx)
         end)
         teardown(function() m:free() end)
 
@@ -54,8 +64,8 @@ for _, fx in ipairs(list) do
             it(mode[1] .. " matches the float64 reference", function()
                 local got = run(m, ids, T, mode[2] or T)
                 local err, flips = fixtures.compare(got, ref.data, T, m.vocab_size)
-                print(string.format("  %-5s %-4s %-22s %-8s rel err %.2e, argmax agreement %d/%d", device.name,
-                                    device.activations, fx.name, mode[1], err, T - flips, T))
+                print(string.format("  %-5s %-4s %-22s %-8s rel err %.2e, argmax agreement %d/%d%s", device.name,
+                                    device.activations, fx.name, mode[1], err, T - flips, T, ties_note))
                 assert.is_true(err <= device.reference,
                                string.format("relative error %.3e > %.0e", err, device.reference))
                 assert.is_true((T - flips) >= device.argmax_agreement * T,
