@@ -354,7 +354,7 @@ def retrieval_train_length(rng):
     return rng.randint(lo, hi)
 
 
-def gen_retrieval(rng, split="train", tokens=None):
+def gen_retrieval(rng, split="train", tokens=None, drills=True):
     if tokens is None:
         tokens = retrieval_train_length(rng) if split == "train" else rng.choice(RETRIEVAL_HELDOUT_LENGTHS)
     n = max(3, int((tokens - RETRIEVAL_OVERHEAD_TOKENS) / RETRIEVAL_TOKENS_PER_LINE))
@@ -369,20 +369,35 @@ def gen_retrieval(rng, split="train", tokens=None):
     head = rng.choice(["Here is a list of codes.", "Read the list of codes below.", "Codes:"])
     q = rng.choice(["What is the code of {k}?", "What is the code for {k}?", "Tell me the code of {k}."]).format(k=keys[j])
     ask = [j]
-    # training items may ask for up to 8 codes at once: more supervised lookups per context, which is what teaches
-    # the copy (held-out items ask one)
+    # Training items mostly ask for several codes: more supervised lookups per context is what teaches the copy
+    # (held-out items ask one). extra 1 or 2: 2 or 3 codes, comma-separated. extra 3, 5 or 7 (with drills): a drill
+    # of up to 32 keys (fewer near 4096 tokens) answered one "KEY: CODE" line each, so that every code is looked up by the key just written,
+    # as the one-key question puts its key just before the answer: the multi-query associative recall drill that
+    # small models learn lookup from (rounds 1-2 asked at most 8 codes, comma-separated, and never learnt it).
+    # Without drills (the tokenizer corpus) extra codes are always comma-separated, as in rounds 1-2.
     extra = rng.choice([0, 0, 1, 2, 3, 5, 7]) if split == "train" else 0
+    form = "one" if not extra else "drill" if drills and extra >= 3 else "some"
+    if form == "drill":
+        # the drill's question and answer lines (about 20 tokens a key) must fit the longest bucket (4160 tokens)
+        extra = min(rng.randint(7, 31), max(2, (3950 - tokens) // 20))
     if extra:
         ask += rng.sample([i for i in range(n) if i != j], min(extra, n - 1))
+    if form == "drill":
+        q = "List the codes of " + ", ".join(keys[i] for i in ask[:-1]) + f" and {keys[ask[-1]]}."
+        tail = " Answer with one line per key: the key, a colon and its code."
+        answer = "\n".join(f"{keys[i]}: {vals[i]}" for i in ask)
+    elif form == "some":
         q = "What are the codes of " + ", ".join(keys[i] for i in ask[:-1]) + f" and {keys[ask[-1]]}?"
         tail = " Answer with the numbers only, in this order, separated by commas."
+        answer = ", ".join(str(vals[i]) for i in ask)
     else:
         tail = " Answer with the number only."
+        answer = str(vals[j])
     user = head + "\n" + "\n".join(lines) + "\n" + q + tail
-    answer = ", ".join(str(vals[i]) for i in ask)
     key = hashlib.sha1(user.encode()).hexdigest()
     return dict(key=key, messages=[{"role": "user", "content": user}, {"role": "assistant", "content": answer}],
-                answer=answer, meta=dict(lines=n, position=j, positions=ask, query=keys[j], target_tokens=tokens))
+                answer=answer, meta=dict(lines=n, position=j, positions=ask, query=keys[j], target_tokens=tokens,
+                                                  form=form))
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -720,7 +735,7 @@ def write_corpus(path, scale=1.0, seed=DEFAULT_SEED):
     with open(path, "w", encoding="utf-8") as f:
         for fam in FAMILIES:
             for i in range(int(CORPUS_ITEMS[fam] * scale)):
-                opts = {"tokens": 128} if fam == "retrieval" else {}
+                opts = {"tokens": 128, "drills": False} if fam == "retrieval" else {}
                 it = make_item(fam, "train", i, seed, **opts)
                 text, _ = training_text(it, chat.render_python)
                 f.write(text + "\n")

@@ -197,10 +197,15 @@ class TestRetrieval(unittest.TestCase):
             q = user.rsplit("\n", 1)[1]
             asked = re.findall(r"[A-Z]{3}-\d\d", q)
             self.assertEqual(len(asked), len(it["meta"]["positions"]))
-            self.assertEqual(", ".join(dict(pairs)[k] for k in asked), it["answer"])
+            if it["meta"]["form"] == "drill":
+                self.assertEqual("\n".join(f"{k}: {dict(pairs)[k]}" for k in asked), it["answer"])
+            else:
+                self.assertEqual(", ".join(dict(pairs)[k] for k in asked), it["answer"])
             self.assertEqual(it["messages"][-1]["content"], it["answer"])
             if it["split"] == "heldout":
                 self.assertEqual(len(asked), 1)
+        forms = [it["meta"]["form"] for it in its if it["split"] == "train"]
+        self.assertTrue({"one", "some", "drill"} <= set(forms), forms)
 
     def test_heldout_lengths(self):
         recs = D.heldout_items("retrieval", 10)
