@@ -138,12 +138,21 @@ class TestMC(unittest.TestCase):
     def test_answers(self):
         caps = {c[0]: c for c in D.COUNTRIES}
         beasts = {c[0]: c for c in D.CREATURES}
+        drills = 0
         for it in items("mc", "train", 600) + items("mc", "heldout", 200):
             user = it["messages"][0]["content"]
             opts = re.findall(r"^([A-J])\. (.*)$", user, re.M)
             self.assertTrue(4 <= len(opts) <= 10, user)
             self.assertEqual([o[0] for o in opts], list(D.LETTERS[:len(opts)]))
             self.assertEqual(len({o[1] for o in opts}), len(opts), user)
+            if it["meta"]["kind"] == "letter-drill":  # each asked value with the letter that holds it in the prompt
+                self.assertEqual(it["split"], "train")
+                asked = it["meta"]["asked"]
+                self.assertTrue(user.endswith("Which options hold " + ", ".join(asked[:-1]) + f" and {asked[-1]}?"))
+                where = {v: k for k, v in opts}
+                self.assertEqual(it["answer"], "\n".join(f"{v} is option {where[v]}." for v in asked))
+                drills += 1
+                continue
             self.assertEqual(it["messages"][-1]["content"], f"Answer: {it['answer']}")
             chosen = dict(opts)[it["answer"]]
             q = next(ln for ln in user.split("\n") if ln.endswith("?"))
@@ -182,6 +191,7 @@ class TestMC(unittest.TestCase):
                 self.assertEqual(chosen, beasts[q[len("Where does the "):-len(" live?")]][3])
             else:
                 self.fail(f"question not covered by the test: {q}")
+        self.assertGreater(drills, 60)  # about a quarter of the 600 training items
 
 
 class TestRetrieval(unittest.TestCase):
