@@ -328,11 +328,11 @@ def gen_mc(rng, split="train", drills=True):
     rng.shuffle(opts)
     letter = LETTERS[opts.index(correct)]
     lines = [f"{LETTERS[i]}. {o}" for i, o in enumerate(opts)]
+    key = q + "|" + "|".join(sorted(opts))
     if drills and split == "train" and rng.random() < 0.25:
-        return _mc_letter_drill(rng, q, opts, lines)
+        return _mc_letter_drill(rng, key, opts, lines)
     user = rng.choice(["{q}\n{o}\n{i}", "Question: {q}\n{o}\n{i}", "{i}\n{q}\n{o}"]).format(
         q=q, o="\n".join(lines), i=rng.choice(MC_INSTRUCTIONS))
-    key = q + "|" + "|".join(sorted(opts))
     # The reasoning states the fact or computation that decides the answer, then which option holds it: the letter
     # becomes a lookup in the prompt instead of a fact, a computation and a lookup in one token.
     reasoning = f"{why} {correct} is option {letter}."
@@ -341,16 +341,16 @@ def gen_mc(rng, split="train", drills=True):
                 answer=letter, meta=dict(kind=kind, options=opts, correct=correct))
 
 
-def _mc_letter_drill(rng, q, opts, lines):
+def _mc_letter_drill(rng, key, opts, lines):
     """A quarter of the multiple-choice training items: the options of a question and, instead of the question,
     several values to find among them, each answered with the sentence that ends mc's reasoning ("105 is option
     C."). Rounds 1-2 named the deciding value right in 42 of 50 held-out items but its letter in 8: the lookup of a
-    value's letter in the prompt is what this drills (the retrieval drill's counterpart; no held-out item is one)."""
+    value's letter in the prompt is what this drills (the retrieval drill's counterpart). The item keeps its
+    question's key, so no drill shows the options of a held-out question."""
     asked = rng.sample(range(len(opts)), rng.randint(2, len(opts)))
     values = [opts[i] for i in asked]
     user = "\n".join(lines) + "\nWhich options hold " + ", ".join(values[:-1]) + f" and {values[-1]}?"
     answer = "\n".join(f"{opts[i]} is option {LETTERS[i]}." for i in asked)
-    key = q + "|" + "|".join(sorted(opts))  # the question's key: no drill shows the options of a held-out question
     return dict(key=key, messages=[{"role": "user", "content": user}, {"role": "assistant", "content": answer}],
                 answer=answer, meta=dict(kind="letter-drill", options=opts, asked=values))
 
@@ -387,9 +387,10 @@ def gen_retrieval(rng, split="train", tokens=None, drills=True):
     ask = [j]
     # Training items mostly ask for several codes: more supervised lookups per context is what teaches the copy
     # (held-out items ask one). extra 1 or 2: 2 or 3 codes, comma-separated. extra 3, 5 or 7 (with drills): a drill
-    # of up to 32 keys (fewer near 4096 tokens) answered one "KEY: CODE" line each, so that every code is looked up by the key just written,
-    # as the one-key question puts its key just before the answer: the multi-query associative recall drill that
-    # small models learn lookup from (rounds 1-2 asked at most 8 codes, comma-separated, and never learnt it).
+    # of up to 32 keys (fewer near 4096 tokens) answered one "KEY: CODE" line each, so that every code is looked up
+    # by the key just written, as the one-key question puts its key just before the answer: the multi-query
+    # associative recall drill that small models learn lookup from (rounds 1-2 asked at most 8 codes,
+    # comma-separated, and never learnt it).
     # Without drills (the tokenizer corpus) extra codes are always comma-separated, as in rounds 1-2.
     extra = rng.choice([0, 0, 1, 2, 3, 5, 7]) if split == "train" else 0
     form = "one" if not extra else "drill" if drills and extra >= 3 else "some"
@@ -413,7 +414,7 @@ def gen_retrieval(rng, split="train", tokens=None, drills=True):
     key = hashlib.sha1(user.encode()).hexdigest()
     return dict(key=key, messages=[{"role": "user", "content": user}, {"role": "assistant", "content": answer}],
                 answer=answer, meta=dict(lines=n, position=j, positions=ask, query=keys[j], target_tokens=tokens,
-                                                  form=form))
+                                         form=form))
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -742,6 +743,8 @@ def write_evals(out, n, seed=DEFAULT_SEED, families=FAMILIES, retrieval_n=None):
 
 
 CORPUS_ITEMS = dict(arith=6000, mc=4000, retrieval=300, tools=1500, vision=3000)
+# generator options of the corpus items: short retrieval items, and no drills (the corpus of rounds 1-2)
+CORPUS_OPTS = dict(retrieval={"tokens": 128, "drills": False}, mc={"drills": False})
 
 
 def write_corpus(path, scale=1.0, seed=DEFAULT_SEED):
@@ -751,8 +754,7 @@ def write_corpus(path, scale=1.0, seed=DEFAULT_SEED):
     with open(path, "w", encoding="utf-8") as f:
         for fam in FAMILIES:
             for i in range(int(CORPUS_ITEMS[fam] * scale)):
-                opts = {"tokens": 128, "drills": False} if fam == "retrieval" else {"drills": False} if fam == "mc" else {}
-                it = make_item(fam, "train", i, seed, **opts)
+                it = make_item(fam, "train", i, seed, **CORPUS_OPTS.get(fam, {}))
                 text, _ = training_text(it, chat.render_python)
                 f.write(text + "\n")
 
