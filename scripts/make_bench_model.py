@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """make_bench_model.py - a GLM-5.3-Flash checkpoint with the REAL dimensions and random weights, for timing.
 
-    python3 scripts/make_bench_model.py --out DIR [--layers kda-dense,mla-moe] [--seed N] [--gpu]
+    python3 scripts/make_bench_model.py --out DIR [--layers kda-dense,mla-moe | flash] [--mtp] [--seed N] [--gpu]
 
 numpy only; --gpu draws the random values with torch on the GPU instead (a 288-expert MoE layer in seconds rather
 than a minute: the bytes come from one device-side generator and are copied out in large blocks). Every layer has the released checkpoint's shapes and dtypes (glm53-architecture.md section 3):
@@ -9,7 +9,10 @@ hidden 4096, vocab 154880, KDA 64 x 128, MLA 64 heads with q_lora 1536 / kv_lora
 indexer 32 x 128 with kpool 4 and top 2048, 288 routed experts (top 8, width 2048) + 1 shared, dense width 12288;
 FP8 E4M3 with 128 x 128 F32 scales on experts, shared experts, dense MLPs and the MLA q_a/q_b/kv_a/o
 projections, BF16 elsewhere (F32 for A_log, dt_bias, conv, correction bias, mHC base/scale). Only the number of
-layers is cut (each MoE layer is 7.3 GB). The weights are random, so the output is noise: this model exists to
+layers is cut (each MoE layer is 7.3 GB). `--layers flash` is the "flash slice" of the performance issues: the real
+schedule's first 8 layers (KDA at 0-2 and 4-6, sparse MLA at 3 and 7, dense MLP at 0-2, MoE at 3-7); `--mtp` adds
+the MTP layer after the last one (sparse MLA + MoE with FP8 projections, enorm/hnorm/eh_proj, its own head norm),
+so the flash slice with --mtp is about 45 GB. The weights are random, so the output is noise: this model exists to
 measure time against the bytes a step must read (scripts/bench.lua). Written into an ignored folder, never
 committed.
 """
@@ -52,12 +55,21 @@ def bf16(a):
     return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
 
 
-def layer_specs(i, kind):
+FLASH = "kda-dense,kda-dense,kda-dense,mla-moe,kda-moe,kda-moe,kda-moe,mla-moe"
+
+
+def layer_specs(i, kind, mtp=False):
+    """The tensors of decoder layer i; mtp: the MTP layer (no mHC: it mixes the embedding and the last hidden
+    state through enorm, hnorm and eh_proj instead, and has its own head norm)."""
     p = f"model.language_model.layers.{i}."
     out = []
-    for site in ("attn", "ffn"):
-        out += [(p + f"hc_{site}_fn", "BF16", ((2 + S) * S, S * D)), (p + f"hc_{site}_base", "F32", ((2 + S) * S,)),
-                (p + f"hc_{site}_scale", "F32", (3,))]
+    if mtp:
+        out += [(p + "enorm.weight", "BF16", (D,)), (p + "hnorm.weight", "BF16", (D,)),
+                (p + "eh_proj.weight", "BF16", (D, 2 * D)), (p + "shared_head.norm.weight", "BF16", (D,))]
+    else:
+        for site in ("attn", "ffn"):
+            out += [(p + f"hc_{site}_fn", "BF16", ((2 + S) * S, S * D)),
+                    (p + f"hc_{site}_base", "F32", ((2 + S) * S,)), (p + f"hc_{site}_scale", "F32", (3,))]
     out += [(p + "input_layernorm.weight", "BF16", (D,)), (p + "post_attention_layernorm.weight", "BF16", (D,))]
     mixer, mlp = kind.split("-")
     if mixer not in ("kda", "mla") or mlp not in ("dense", "moe"):
@@ -154,17 +166,20 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--layers", default="kda-dense,mla-moe",
                     help="comma-separated mixer-mlp kinds: kda-dense, kda-moe, mla-dense, mla-moe (mla: sparse MLA "
-                         "with the KPool indexer)")
+                         "with the KPool indexer), or flash (" + FLASH + ")")
+    ap.add_argument("--mtp", action="store_true", help="add the MTP layer (sparse MLA + MoE) after the last layer")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--gpu", action="store_true", help="draw the random values with torch on the GPU")
     args = ap.parse_args()
-    kinds = args.layers.split(",")
+    kinds = (FLASH if args.layers == "flash" else args.layers).split(",")
     os.makedirs(args.out, exist_ok=True)
     src = TorchSource(args.seed) if args.gpu else NumpySource(args.seed)
     specs = [("model.language_model.embed_tokens.weight", "BF16", (V, D)),
              ("model.language_model.norm.weight", "BF16", (D,)), ("lm_head.weight", "BF16", (V, D))]
     for i, kind in enumerate(kinds):
         specs += layer_specs(i, kind)
+    if args.mtp:
+        specs += layer_specs(len(kinds), "mla-moe", mtp=True)
     w = Writer(os.path.join(args.out, "model.safetensors"), specs)
     total = 0
     for k, (name, dtype, shape) in enumerate(specs):
@@ -181,7 +196,7 @@ def main():
         "qk_nope_head_dim": DN, "qk_rope_head_dim": 0, "v_head_dim": DVM, "index_n_heads": HI, "index_head_dim": DI,
         "index_topk": TOPK, "index_kpool": P, "linear_num_heads": HK, "linear_head_dim": DK,
         "linear_conv_kernel_dim": K, "linear_lower_bound": -5.0, "hc_mult": S, "hc_sinkhorn_iters": 20,
-        "hc_eps": 1e-6, "rms_norm_eps": 1e-5, "swiglu_limit": 10.0,
+        "hc_eps": 1e-6, "rms_norm_eps": 1e-5, "swiglu_limit": 10.0, "num_nextn_predict_layers": 1 if args.mtp else 0,
         "layer_types": ["linear_attention" if k.startswith("kda") else "deepseek_sparse_attention" for k in kinds],
         "mlp_layer_types": ["dense" if k.endswith("dense") else "sparse" for k in kinds],
         "indexer_types": ["full"] * len(kinds),

@@ -464,6 +464,27 @@ describe("glm53 bench", function()
         assert.matches("%-%-device cpu|cuda%s+default cpu", out)
         assert.matches("H200", out)
     end)
+
+    it("breaks the floor into parts, and the batched floor counts the union of experts the rows were routed to", function()
+        -- models/tiny: top 2 of 8 experts, 3 MoE layers
+        local out, rc = run(GLM53 .. "bench --model models/tiny --prompt 8 --decode 3 --repeat 1 --bandwidth 2e10 " ..
+                            "--batch 1,3")
+        assert.are.equal(0, rc, out)
+        local read = tonumber(out:match("([%d.]+) MB read per decode token"))
+        local sum, parts = 0, 0
+        local table_text = out:match("floor of a decode step, 1 row at context 8.-\n(.-)  total")
+        assert.is_truthy(table_text, out)
+        for mb in table_text:gmatch("  [^\n]-%s+([%d.]+) MB%s+[%d.]+ ms") do sum, parts = sum + tonumber(mb), parts + 1 end
+        assert.are.equal(9, parts, out)
+        assert.is_true(math.abs(sum - read) <= 0.01 * parts, out)   -- each part printed to 0.01 MB
+        local total = tonumber(out:match("  total%s+([%d.]+) MB"))
+        assert.are.equal(read, total, out)
+        local one = tonumber(out:match("\n1%s+[%d.]+ ms%s+[%d.]+ ms%s+%d+%s+[%d.]+x%s+([%d.]+)"))
+        local three = tonumber(out:match("\n3%s+[%d.]+ ms%s+[%d.]+ ms%s+%d+%s+[%d.]+x%s+([%d.]+)"))
+        assert.are.equal(2, one, out)                     -- one row reads its top 2
+        assert.is_true(three >= 2 and three <= 6, out)   -- three rows: a union of 2 to 6 of the 8
+        assert.matches("\n3 .- ([%d.]+) ms%s+[%d.]+\n", out)   -- its floor and ratio
+    end)
 end)
 
 ---------------------------------------------------------------------------------------------------------------

@@ -6,9 +6,11 @@ glm53.cli.bench - `glm53 bench`: prefill and decode speed of a checkpoint agains
     glm53 bench serve --server URL [...]      the serving load generator (glm53.bench.serve_cli)
 
 Random prompt ids (below the tokenizer's vocabulary when the checkpoint has one); greedy decode. The floor of a
-decode step is the weight bytes one token must read (every weight once, but only top-k of the routed experts and
-one row of the embedding) over the memory bandwidth; the floor of a prefill is the larger of that and 2 x active
-parameters x tokens over the dense BF16 peak. Prints one table (best of --repeat runs).
+decode step is the bytes it must move over the memory bandwidth: every weight once (but only the routed experts
+the step reads and one embedding row per row), the KDA states read and written, the latent-cache rows and
+indexer keys at the step's context (decode_reads says exactly what is counted); it is printed part by part. The
+floor of a prefill is the larger of that and 2 x active parameters x tokens over the dense BF16 peak. Prints the
+floor table, then one table of measured times (best of --repeat runs).
 
 The hardware figures: --bandwidth and --flops, else the device's defaults below. The CPU has none (machines differ
 too much): its floor is "n/a" unless you give them. With only --bandwidth the floors are the bytes term alone,
@@ -17,7 +19,8 @@ which is still a lower bound on the time.
 --batch N[,N...] adds batched decode: for each N, N sequences each hold their own --prompt-token prompt and decode
 greedily together, N rows per step (what a server's continuous batching runs). The table gives the step time (the
 engine's step alone, best of --repeat runs of --decode steps), per row, tokens/s and the rows per second over the
-1-row step's.
+1-row step's, the routed experts the rows' routing read (distinct experts per MoE layer, mean over steps,
+recorded by one more untimed run) and the floor that union gives.
 ]]
 local cli = require("glm53.util.cli")
 local common = require("glm53.cli.common")
@@ -49,26 +52,91 @@ local M = {
     }),
 }
 
--- Bytes one decode token reads, and the active parameter count (for the prefill FLOP floor).
-local function step_reads(dir, cfg)
+-- The parts of a decode step's reads, in the order the floor table prints them.
+local PARTS = {
+    { "attention", "attention weights (KDA, MLA, indexer)" },
+    { "dense", "dense MLP weights" },
+    { "routed", "routed experts read" },
+    { "shared", "shared experts" },
+    { "small", "router, mHC, norms" },
+    { "embedding", "embedding rows" },
+    { "head", "LM head" },
+    { "state", "KDA state (F32, read + write)" },
+    { "cache", "latent cache + indexer keys (BF16)" },
+}
+
+-- The bytes a decode step of `rows` rows at `context` tokens of context must move, by part (PARTS), and the
+-- active parameter count (for the prefill FLOP floor). Weights are read once per step whatever the rows; routed
+-- experts: `experts` per MoE layer when given (the union the rows' routing touched, measured), else top-k for one
+-- row and, for more rows, the union expected of independent uniform routing, E (1 - (1 - k/E)^rows) (an
+-- assumption: trained routers are not uniform). Per row: one embedding row, the KDA state of each KDA layer read
+-- and written (F32 [heads, dk, dv]), and per sparse MLA layer the latent rows of the selected positions
+-- (min(context, index_topk) x kv_lora_rank) and the pooled indexer keys (context / kpool x index_head_dim), both
+-- BF16 as the CUDA caches hold them. The vision tower and MTP layers take no part in a text step.
+local function decode_reads(dir, cfg, rows, context, experts)
     local checkpoint = require("glm53.engine.checkpoint")
     local ckpt, err = checkpoint.open(dir)
     if not ckpt then cli.fail(err) end
-    local bytes, params = 0, 0
+    local t = cfg.text
+    local E, k = math.max(t.n_routed_experts, 1), t.num_experts_per_tok
+    experts = experts or (rows == 1 and k or E * (1 - (1 - k / E) ^ rows))
+    local bytes, params = {}, 0
+    for _, part in ipairs(PARTS) do bytes[part[1]] = 0 end
     local sizes = { F32 = 4, BF16 = 2, F16 = 2, F8_E4M3 = 1 }
-    local share = cfg.text.num_experts_per_tok / math.max(cfg.text.n_routed_experts, 1)
-    for _, t in ipairs(ckpt:list()) do
-        local b, n = t.numel * (sizes[t.dtype] or 0), t.numel
-        if t.name:find("%.mlp%.experts%.") then b, n = b * share, n * share end
-        if t.name:find("embed_tokens") then b, n = b / cfg.text.vocab_size, 0 end
-        local layer = tonumber(t.name:match("%.layers%.(%d+)%."))
-        if t.name:find("^model%.visual%.") or (layer and layer >= cfg.text.num_hidden_layers) then
-            b, n = 0, 0   -- vision tower and MTP layers take no part in a text step
+    for _, w in ipairs(ckpt:list()) do
+        local b, n = w.numel * (sizes[w.dtype] or 0), w.numel
+        local layer = tonumber(w.name:match("%.layers%.(%d+)%."))
+        local part
+        if w.name:find("^model%.visual%.") or (layer and layer >= t.num_hidden_layers) then
+            b, n = 0, 0
+        elseif w.name:find("embed_tokens") then
+            part, b, n = "embedding", b / t.vocab_size * rows, 0
+        elseif w.name:find("lm_head") then
+            part = "head"
+        elseif w.name:find("%.mlp%.experts%.") then
+            part, b, n = "routed", b * experts / E, n * k / E
+        elseif w.name:find("%.mlp%.shared_experts%.") then
+            part = "shared"
+        elseif w.name:find("%.mlp%.[a-z]+_proj%.") then
+            part = "dense"
+        elseif w.name:find("%.self_attn%.") then
+            part = "attention"
+        else
+            part = "small"
         end
-        bytes, params = bytes + b, params + n
+        if part then bytes[part] = bytes[part] + b end
+        params = params + n
     end
     ckpt:free()
-    return bytes, params
+    local C = require("glm53.ffi.core").C
+    for l = 0, t.num_hidden_layers - 1 do
+        if t.layer_types[l] == C.GLM53_LAYER_KDA then
+            bytes.state = bytes.state + rows * 2 * 4 * t.linear_num_heads * t.linear_head_dim * t.linear_head_dim
+        else
+            local selected = math.min(context, t.index_topk)
+            local pooled = math.ceil(context / math.max(t.index_kpool, 1))
+            bytes.cache = bytes.cache + rows * 2 * (selected * t.kv_lora_rank + pooled * t.index_head_dim)
+        end
+    end
+    local total = 0
+    for _, part in ipairs(PARTS) do total = total + bytes[part[1]] end
+    return total, params, bytes
+end
+
+local function size(x, unit)   -- 1.23 GB / 4.56 MB, 1.20 B / 3.40 M
+    if x >= 1e9 then return string.format("%.2f %s", x / 1e9, unit == "B" and "GB" or "B") end
+    return string.format("%.2f %s", x / 1e6, unit == "B" and "MB" or "M")
+end
+
+-- The floor table of one decode step: each part's bytes and time at `bandwidth`.
+local function print_floor_table(title, bytes, total, bandwidth)
+    print(title)
+    for _, part in ipairs(PARTS) do
+        print(string.format("  %-40s %12s %12s", part[2], size(bytes[part[1]], "B"),
+                            bandwidth and string.format("%.3f ms", bytes[part[1]] / bandwidth * 1e3) or "n/a"))
+    end
+    print(string.format("  %-40s %12s %12s", "total", size(total, "B"),
+                        bandwidth and string.format("%.3f ms", total / bandwidth * 1e3) or "n/a"))
 end
 
 function M.run(args)
@@ -77,7 +145,7 @@ function M.run(args)
     local ctx = common.load(args, { load = { load_mtp = false } })
     local m = ctx.m
     local cfg = m.config
-    local read_bytes, active = step_reads(ctx.dir, cfg)
+    local read_bytes, active, parts = decode_reads(ctx.dir, cfg, 1, args.prompt)
     local hw = HARDWARE[args.device] or {}
     local bandwidth = args.bandwidth or hw.bandwidth
     local flops = args.flops or hw.flops
@@ -117,13 +185,11 @@ function M.run(args)
     local decode_floor = bandwidth and read_bytes / bandwidth or nil
     local prefill_floor = decode_floor
     if flops then prefill_floor = math.max(prefill_floor or 0, 2 * active * args.prompt / flops) end
-    local function size(x, unit)   -- 1.23 GB / 4.56 MB, 1.20 B / 3.40 M
-        if x >= 1e9 then return string.format("%.2f %s", x / 1e9, unit == "B" and "GB" or "B") end
-        return string.format("%.2f %s", x / 1e6, unit == "B" and "MB" or "M")
-    end
     print(string.format("model %s: %d layers, %s of weights, %s read per decode token, %s active params", ctx.dir,
                         cfg.text.num_hidden_layers, size(m:weight_bytes(), "B"), size(read_bytes, "B"), size(active, "")))
     print("floor: " .. (source or "n/a (no hardware figures for " .. args.device .. ": give --bandwidth and --flops)"))
+    print_floor_table(string.format("floor of a decode step, 1 row at context %d (bytes it must move):", args.prompt),
+                      parts, read_bytes, bandwidth)
     local function ms(x, digits) return x and string.format("%." .. digits .. "f ms", x * 1e3) or "n/a" end
     local function ratio(x, floor) return floor and string.format("%.1f", x / floor) or "n/a" end
     print(string.format("%-26s %12s %12s %12s %10s", "", "measured", "floor", "tok/s", "x floor"))
@@ -131,58 +197,96 @@ function M.run(args)
                         ms(prefill_floor, 3), args.prompt / best_prefill, ratio(best_prefill, prefill_floor)))
     print(string.format("%-26s %12s %12s %12.1f %10s", "decode (per token)", ms(best_decode, 3), ms(decode_floor, 3),
                         1 / best_decode, ratio(best_decode, decode_floor)))
-    if args.batch and #args.batch > 0 then M.batched(args, ctx, prompt) end
+    if args.batch and #args.batch > 0 then M.batched(args, ctx, prompt, bandwidth) end
     return true
 end
 
 -- Batched decode: for each N of --batch, the best mean time of a decode step over N sequences (one row each), after
 -- each sequence prefilled its own prompt (the first --prompt ids rotated by its index, so no two are equal). Only
--- m:step is timed: the argmax that picks each row's next token is outside.
-function M.batched(args, ctx, prompt)
+-- m:step is timed: the argmax that picks each row's next token is outside. One more, untimed run records the
+-- routed experts of every row (sequence capture), so the floor counts the union of experts each step read.
+function M.batched(args, ctx, prompt, bandwidth)
     local ffi = require("ffi")
     local clock = require("glm53.util.clock")
     local m = ctx.m
+    local t = m.config.text
+    local C = require("glm53.ffi.core").C
+    -- One run of --decode steps over n sequences: the mean step time, and (capture) the mean over steps and MoE
+    -- layers of the number of distinct experts the n rows were routed to.
+    local function run(n, capture)
+        local own = ffi.new("int32_t[?]", args.prompt)
+        local seqs, next_ids = {}, {}
+        local batch = m:batch({ rows = math.max(args.prompt, n), seqs = n })
+        for i = 1, n do
+            local seq, err = m:seq({ max_tokens = args.prompt + args.decode + 1, max_rollback = 1,
+                                     capture = capture and { experts = true } or nil })
+            if not seq then cli.fail(err) end
+            seqs[i] = seq
+            for j = 0, args.prompt - 1 do own[j] = prompt[(j + i - 1) % args.prompt] end
+            batch:clear()
+            batch:add(seq, own, "last", args.prompt)
+            local ok, err2 = m:step(batch)
+            if not ok then cli.fail(err2) end
+            next_ids[i] = { m:argmax(batch:logits(0), ctx.n_valid) }
+        end
+        local spent = 0
+        for _ = 1, args.decode do
+            batch:clear()
+            for i = 1, n do batch:add(seqs[i], next_ids[i]) end
+            local t0 = clock.now()
+            local ok, err = m:step(batch)
+            spent = spent + (clock.now() - t0)
+            if not ok then cli.fail(err) end
+            for i = 1, n do next_ids[i][1] = m:argmax(batch:logits(i - 1), ctx.n_valid) end
+        end
+        local union
+        if capture then
+            local sum, count = 0, 0
+            for l = 0, t.num_hidden_layers - 1 do
+                if t.mlp_types[l] == C.GLM53_MLP_MOE then
+                    local caps = {}
+                    for i = 1, n do caps[i] = assert(seqs[i]:captured_experts(l)) end
+                    for step = 0, args.decode - 1 do
+                        local seen, distinct = {}, 0
+                        for i = 1, n do
+                            local cap, row = caps[i], args.prompt + step
+                            for j = 0, cap.k - 1 do
+                                local e = cap.ids[row * cap.k + j]
+                                if not seen[e] then seen[e], distinct = true, distinct + 1 end
+                            end
+                        end
+                        sum, count = sum + distinct, count + 1
+                    end
+                end
+            end
+            union = count > 0 and sum / count or nil
+        end
+        for i = 1, n do seqs[i]:free() end
+        return spent / args.decode, union
+    end
+
     local rows = {}
     for _, n in ipairs(args.batch) do
         if n < 1 then cli.usage_error("--batch: every N must be at least 1") end
-        local own = ffi.new("int32_t[?]", args.prompt)
         local best = math.huge
-        for _ = 1, args["repeat"] do
-            local seqs, next_ids = {}, {}
-            local batch = m:batch({ rows = math.max(args.prompt, n), seqs = n })
-            for i = 1, n do
-                local seq, err = m:seq({ max_tokens = args.prompt + args.decode + 1, max_rollback = 1 })
-                if not seq then cli.fail(err) end
-                seqs[i] = seq
-                for j = 0, args.prompt - 1 do own[j] = prompt[(j + i - 1) % args.prompt] end
-                batch:clear()
-                batch:add(seq, own, "last", args.prompt)
-                local ok, err2 = m:step(batch)
-                if not ok then cli.fail(err2) end
-                next_ids[i] = { m:argmax(batch:logits(0), ctx.n_valid) }
-            end
-            local spent = 0
-            for _ = 1, args.decode do
-                batch:clear()
-                for i = 1, n do batch:add(seqs[i], next_ids[i]) end
-                local t0 = clock.now()
-                local ok, err = m:step(batch)
-                spent = spent + (clock.now() - t0)
-                if not ok then cli.fail(err) end
-                for i = 1, n do next_ids[i][1] = m:argmax(batch:logits(i - 1), ctx.n_valid) end
-            end
-            best = math.min(best, spent / args.decode)
-            for i = 1, n do seqs[i]:free() end
-        end
-        rows[#rows + 1] = { n = n, step = best }
+        for _ = 1, args["repeat"] do best = math.min(best, (run(n, false))) end
+        local _, union = run(n, true)
+        local context = args.prompt + math.floor(args.decode / 2)
+        local floor_bytes = decode_reads(ctx.dir, m.config, n, context, union)
+        rows[#rows + 1] = { n = n, step = best, union = union, floor = bandwidth and floor_bytes / bandwidth }
     end
     local base = rows[1].n == 1 and rows[1].step or nil
-    print(string.format("batched decode after a %d-token prompt each (%d steps, best of %d):", args.prompt,
-                        args.decode, args["repeat"]))
-    print(string.format("%-10s %12s %12s %12s %14s", "rows", "step", "per row", "tok/s", "rows/s vs 1"))
+    print(string.format("batched decode after a %d-token prompt each (%d steps, best of %d; floor at the middle " ..
+                        "step's context, routed experts = the union the rows' routing read, mean per MoE layer):",
+                        args.prompt, args.decode, args["repeat"]))
+    print(string.format("%-6s %12s %12s %10s %14s %9s %11s %9s", "rows", "step", "per row", "tok/s", "rows/s vs 1",
+                        "experts", "floor", "x floor"))
     for _, r in ipairs(rows) do
-        print(string.format("%-10d %9.3f ms %9.3f ms %12.0f %14s", r.n, r.step * 1e3, r.step / r.n * 1e3, r.n / r.step,
-                            base and string.format("%.2fx", r.n * base / r.step) or "n/a"))
+        print(string.format("%-6d %9.3f ms %9.3f ms %10.0f %14s %9s %11s %9s", r.n, r.step * 1e3, r.step / r.n * 1e3,
+                            r.n / r.step, base and string.format("%.2fx", r.n * base / r.step) or "n/a",
+                            r.union and string.format("%.1f", r.union) or "-",
+                            r.floor and string.format("%.3f ms", r.floor * 1e3) or "n/a",
+                            r.floor and string.format("%.1f", r.step / r.floor) or "n/a"))
     end
 end
 

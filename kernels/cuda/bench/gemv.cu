@@ -1,0 +1,501 @@
+/*
+ * gemv.cu - the decode GEMV y[M,N] = x[M,K] * w[N,K]^T for M = 1..16 rows, at the real GLM-5.3-Flash
+ * projection shapes: a CPU reference (float64) beside numbered kernel versions, each checked against it and
+ * timed against the bytes it must read (the llm.c dev/cuda layout).
+ *
+ *   build/bench_gemv [--quick]   # every shape x dtype x M x version: time, GB/s, floor, ratio
+ *
+ * Versions:
+ *   1  the engine's CUDA-core GEMV (gemv.cuh: one warp per weight row; the lane converts FP8 codes with the
+ *      hardware cvt, two at a time, and reloads x from global memory per chunk). The engine keeps it for F32
+ *      activations and the fused SwiGLU and expert kernels; BF16 activations with FP8 weights take version 4.
+ *   2  one warp per row, x staged once per block in shared memory as F32, weights read with streaming 16-byte
+ *      loads issued U at a time before any arithmetic, FP8 codes turned into floats with integer operations
+ *      (no cvt: the conversion unit does 16 per clock per SM, which at M = 1 costs more than the 3.9 us the
+ *      bytes of a 4096 x 4096 FP8 matrix need). The float made from a code's bits is code * 2^-120 (normal and
+ *      subnormal codes alike); x is staged times 2^64 and the block scale applied times 2^56, so every product
+ *      and partial sum is the unscaled one times 2^-56: the same roundings as version 1's sum of code * x times
+ *      the scale (below 2^-70 in magnitude, where F32 would go subnormal, nothing of weight is left).
+ *   3  version 2 with two weight rows per warp (x read once from shared memory for both rows).
+ *   4  the engine's tensor-core GEMV for BF16 activations (gemv_mma.cuh: mma.sync m16n8k16, 8 warps splitting K,
+ *      R n-tiles of 8 rows per warp, U groups of loads in flight), batch invariant by construction.
+ *   cublas  cublasGemmEx BF16 x BF16 -> F32 (the engine's BF16-weight path).
+ * Versions 1-3 are kept as the measured alternatives (docs/performance.md has the table and what it decided).
+ *
+ * Timing: each measurement is a CUDA graph of 20 launches, each on its own copy of the weight (copies rotate so
+ * that the bytes in flight exceed L2 several times), replayed 8 times; the figure is the median replay (the first
+ * dropped) / 20, which
+ * is what a kernel costs inside a captured decode step (launch latency hidden, L2 cold for the weight).
+ * The floor is the weight bytes (plus x, y and the scales) over the read bandwidth this card measured in the
+ * same run (a streaming-sum kernel over 1 GiB), also printed.
+ */
+#include "kernels/cuda/gemv.cuh"
+#include "kernels/cuda/gemv_mma.cuh"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#define CK(call)                                                                                    \
+    do {                                                                                            \
+        cudaError_t e_ = (call);                                                                    \
+        if (e_ != cudaSuccess) {                                                                    \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+            exit(1);                                                                                \
+        }                                                                                           \
+    } while (0)
+
+/* ------------------------------------------------------------------------------------------------------------
+ * CPU reference: y[m, n] = sum_k x[m, k] * w[n, k] in float64, w dequantised exactly; also sum |x * w| (the scale
+ * the error is measured against).
+ */
+static float bf16_to_float_host(uint16_t b) {
+    uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static uint16_t float_to_bf16_host(float f) {   /* round to nearest even */
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+}
+static float fp8_e4m3_to_float_host(uint8_t c) {
+    int s = c >> 7, e = (c >> 3) & 15, m = c & 7;
+    float v = e ? ldexpf(1.0f + m / 8.0f, e - 7) : ldexpf(m / 8.0f, -6);
+    return s ? -v : v;
+}
+
+static void cpu_reference(std::vector<double> &y, std::vector<double> &mag, const std::vector<uint16_t> &x,
+                          const std::vector<uint8_t> &w, const std::vector<float> &scale, bool fp8, int M, int N,
+                          int K) {
+    int sk = (K + 127) / 128;
+    std::vector<double> xr((size_t)M * K);
+    for (size_t i = 0; i < xr.size(); i++) xr[i] = bf16_to_float_host(x[i]);
+    y.assign((size_t)M * N, 0.0), mag.assign((size_t)M * N, 0.0);
+    for (int n = 0; n < N; n++) {
+        std::vector<double> wr(K);
+        for (int k = 0; k < K; k++)
+            wr[k] = fp8 ? (double)fp8_e4m3_to_float_host(w[(size_t)n * K + k]) * scale[(size_t)(n / 128) * sk + k / 128]
+                        : bf16_to_float_host(((const uint16_t *)w.data())[(size_t)n * K + k]);
+        for (int m = 0; m < M; m++) {
+            double s = 0, a = 0;
+            for (int k = 0; k < K; k++) s += xr[(size_t)m * K + k] * wr[k], a += fabs(xr[(size_t)m * K + k] * wr[k]);
+            y[(size_t)m * N + n] = s, mag[(size_t)m * N + n] = a;
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Version 1: the engine's kernel (gemv.cuh), unchanged.
+ */
+template <int MAX_M>
+__global__ void __launch_bounds__(256) gemv_v1(float *y, act_in x, weight_ref w, int M, int64_t N, int64_t K) {
+    int64_t n = (int64_t)blockIdx.x * 8 + threadIdx.x / 32;
+    int lane = threadIdx.x & 31;
+    if (n >= N) return;
+    float acc[MAX_M];
+#pragma unroll
+    for (int m = 0; m < MAX_M; m++) acc[m] = 0.0f;
+    gemv_lane_partials<MAX_M>(acc, w, n, x, 0, M, K, gemv_vec16(w, K), lane);
+#pragma unroll
+    for (int m = 0; m < MAX_M; m++)
+        if (m < M) {
+            float s = cuda_warp_sum(acc[m]);
+            if (lane == 0) y[(int64_t)m * N + n] = s;
+        }
+}
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Versions 2 and 3.
+ */
+/* The four E4M3 codes of `word` as floats times 2^-120: sign to bit 31, the 7 exponent-and-mantissa bits to
+ * bits 26..20 (exponent field 0..15, so a code's exponent e becomes e + 0 where F32's bias is 127 against E4M3's
+ * 7; a subnormal code becomes the F32 subnormal of the same digits: both scaled by exactly 2^-120). */
+__device__ inline void fp8x4_to_float_scaled(uint32_t word, float *out) {
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        uint32_t top = word << (24 - 8 * j);   /* code j in bits 31..24 (j = 3: unchanged) */
+        out[j] = __uint_as_float((top & 0x80000000u) | ((top >> 4) & 0x07f00000u));
+    }
+}
+
+enum { V2_THREADS = 256, V2_WARPS = V2_THREADS / 32 };
+constexpr float X_STAGE_SCALE = 18446744073709551616.0f;   /* 2^64 */
+constexpr float SCALE_FIX = 72057594037927936.0f;          /* 2^56 = 2^120 / 2^64 */
+
+/* x[M, K] (BF16 in global memory) into xs[M, K] F32 in shared memory, times `mul`. */
+__device__ inline void stage_x(float *xs, const __nv_bfloat16 *x, int M, int K, float mul) {
+    const uint4 *src = reinterpret_cast<const uint4 *>(x);
+    for (int i = threadIdx.x; i < M * K / 8; i += blockDim.x) {
+        float v[8];
+        cuda_bf16x8_to_float(src[i], v);
+#pragma unroll
+        for (int j = 0; j < 8; j++) xs[i * 8 + j] = v[j] * mul;
+    }
+    __syncthreads();
+}
+
+/* acc[m][r] += lane's share of dot(x[m], w[n0 + r]) for R consecutive rows: chunks of 16 bytes, lane l takes
+ * chunks l, l + 32, ...; U chunks are loaded before any is used. FP8: 16 codes per chunk, the chunk's partial
+ * sum times its block's scale (block_cols a multiple of 16); BF16: 8 weights per chunk. */
+template <int MAX_M, int R, bool FP8, int U>
+__device__ inline void v2_lane_partials(float (&acc)[MAX_M][R], const uint8_t *w, const float *scale, int scale_stride,
+                                        const float *xs, int M, int64_t n0, int K, int lane) {
+    constexpr int EPC = FP8 ? 16 : 8;   /* elements per 16-byte chunk */
+    const int chunks = K / EPC;
+    const size_t row_bytes = (size_t)K * (FP8 ? 1 : 2);
+    for (int c0 = lane; c0 < chunks; c0 += 32 * U) {
+        uint4 p[R][U];
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                int c = c0 + 32 * u;
+                if (c < chunks) p[r][u] = gemv_mma_load_stream(w + (size_t)(n0 + r) * row_bytes + (size_t)c * 16);
+            }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            int c = c0 + 32 * u;
+            if (c >= chunks) break;
+            int k0 = c * EPC;
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                float wv[EPC];
+                if constexpr (FP8) {
+                    fp8x4_to_float_scaled(p[r][u].x, wv);
+                    fp8x4_to_float_scaled(p[r][u].y, wv + 4);
+                    fp8x4_to_float_scaled(p[r][u].z, wv + 8);
+                    fp8x4_to_float_scaled(p[r][u].w, wv + 12);
+                } else {
+                    cuda_bf16x8_to_float(p[r][u], *reinterpret_cast<float(*)[8]>(wv));
+                }
+                float s = FP8 ? scale[((n0 + r) / 128) * scale_stride + k0 / 128] * SCALE_FIX : 1.0f;
+#pragma unroll
+                for (int m = 0; m < MAX_M; m++) {
+                    if (m < M) {
+                        const float4 *xv = reinterpret_cast<const float4 *>(xs + (size_t)m * K + k0);
+                        float part = 0.0f;
+#pragma unroll
+                        for (int q = 0; q < EPC / 4; q++) {
+                            float4 v = xv[q];
+                            part += v.x * wv[4 * q];
+                            part += v.y * wv[4 * q + 1];
+                            part += v.z * wv[4 * q + 2];
+                            part += v.w * wv[4 * q + 3];
+                        }
+                        acc[m][r] += FP8 ? part * s : part;
+                    }
+                }
+            }
+        }
+    }
+}
+
+template <int MAX_M, int R, bool FP8, int U>
+__global__ void __launch_bounds__(V2_THREADS) gemv_v2(float *y, const __nv_bfloat16 *x, const uint8_t *w,
+                                                     const float *scale, int scale_stride, int M, int N, int K) {
+    extern __shared__ float xs[];   /* [M, K] */
+    stage_x(xs, x, M, K, FP8 ? X_STAGE_SCALE : 1.0f);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
+    for (int64_t n0 = ((int64_t)blockIdx.x * V2_WARPS + warp) * R; n0 < N; n0 += (int64_t)gridDim.x * V2_WARPS * R) {
+        float acc[MAX_M][R];
+#pragma unroll
+        for (int m = 0; m < MAX_M; m++)
+#pragma unroll
+            for (int r = 0; r < R; r++) acc[m][r] = 0.0f;
+        v2_lane_partials<MAX_M, R, FP8, U>(acc, w, scale, scale_stride, xs, M, n0, K, lane);
+#pragma unroll
+        for (int m = 0; m < MAX_M; m++)
+#pragma unroll
+            for (int r = 0; r < R; r++)
+                if (m < M) {
+                    float s = cuda_warp_sum(acc[m][r]);
+                    if (lane == 0) y[(int64_t)m * N + n0 + r] = s;
+                }
+    }
+}
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Read bandwidth of this card: every 16-byte word of a large buffer summed (so nothing is optimised away).
+ */
+__global__ void read_sum(const uint4 *p, size_t n, unsigned *out) {
+    unsigned s = 0;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        uint4 v = gemv_mma_load_stream(p + i);
+        s ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+    if (s == 0x12345678u) *out = s;
+}
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Harness
+ */
+struct shape {
+    const char *name;
+    int N, K;
+    bool fp8;
+};
+
+/* The decode projections of GLM-5.3-Flash (docs: glm53-architecture.md, section 3) */
+static const shape SHAPES[] = {
+    {"kda q/k/v_proj", 8192, 4096, false},   {"kda o_proj", 4096, 8192, false},
+    {"indexer wq_b", 4096, 1536, false},     {"bf16 4096^2", 4096, 4096, false},
+    {"mla q_a_proj", 1536, 4096, true},      {"mla q_b_proj", 16384, 1536, true},
+    {"mla o_proj", 4096, 16384, true},       {"dense gate/up", 12288, 4096, true},
+    {"dense down", 4096, 12288, true},       {"expert gate/up", 2048, 4096, true},
+    {"expert down", 4096, 2048, true},       {"fp8 4096^2", 4096, 4096, true},
+};
+
+struct gpu_case {
+    int N, K;
+    bool fp8;
+    int copies;
+    std::vector<uint8_t *> w;   /* copies of the weight (identical bytes) */
+    std::vector<float *> scale;
+    __nv_bfloat16 *x;           /* [16, K] */
+    float *y;                   /* [16, N] */
+    size_t w_bytes, s_bytes;
+};
+
+static cudaStream_t stream;
+static cublasHandle_t cublas;
+static int n_sm;
+
+typedef void (*launch_fn)(gpu_case &, int copy, int M);
+
+/* The engine's view of copy i of the weight: 128 x 128 scale blocks for FP8. */
+static weight_ref bench_weight_ref(gpu_case &g, int i) {
+    weight_ref wr{};
+    wr.data = g.w[i];
+    wr.dtype = g.fp8 ? GLM53_F8_E4M3 : GLM53_BF16;
+    wr.cols = g.K;
+    wr.scale = g.fp8 ? g.scale[i] : nullptr;
+    wr.scale_stride = (g.K + 127) / 128;
+    wr.block_rows = wr.block_cols = 128;
+    return wr;
+}
+
+static void launch_v1(gpu_case &g, int i, int M) {
+    weight_ref wr = bench_weight_ref(g, i);
+    act_in xi{g.x, true};
+    unsigned blocks = (g.N + 7) / 8;
+    GEMV_DISPATCH_M(M, (gemv_v1<MAX_M_><<<blocks, 256, 0, stream>>>(g.y, xi, wr, M, g.N, g.K)));
+}
+
+template <int MAX_M, int R, bool FP8, int U>
+static void start_v2(gpu_case &g, int i, int M, int blocks, size_t smem, int sk) {
+    auto kernel = gemv_v2<MAX_M, R, FP8, U>;
+    CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    kernel<<<blocks, V2_THREADS, smem, stream>>>(g.y, g.x, g.w[i], FP8 ? g.scale[i] : nullptr, sk, M, g.N, g.K);
+}
+
+template <int R, int U>
+static void launch_v2(gpu_case &g, int i, int M) {
+    size_t smem = (size_t)M * g.K * sizeof(float);
+    int rows_per_block = V2_WARPS * R;
+    int blocks = (g.N + rows_per_block - 1) / rows_per_block;
+    int sk = (g.K + 127) / 128;
+    if (g.fp8) GEMV_DISPATCH_M(M, (start_v2<MAX_M_, R, true, U>(g, i, M, blocks, smem, sk)));
+    else GEMV_DISPATCH_M(M, (start_v2<MAX_M_, R, false, U>(g, i, M, blocks, smem, sk)));
+}
+
+template <int R, int U>
+static void launch_v4(gpu_case &g, int i, int M) {
+    weight_ref wr = bench_weight_ref(g, i);
+    const int slab = gemv_mma_slab(M, g.K);
+    size_t smem = gemv_mma_smem(M, R, slab);
+    int blocks = (g.N + 8 * R - 1) / (8 * R);
+    auto kernel = g.fp8 ? gemv_mma_kernel<true, R, U> : gemv_mma_kernel<false, R, U>;
+    CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    kernel<<<blocks, GEMV_MMA_THREADS, smem, stream>>>(act_out{g.y, false}, g.x, wr, M, g.N, g.K, slab);
+}
+
+static void launch_cublas(gpu_case &g, int i, int M) {
+    const float one = 1.0f, zero = 0.0f;
+    cublasGemmEx(cublas, CUBLAS_OP_T, CUBLAS_OP_N, g.N, M, g.K, &one, g.w[i], CUDA_R_16BF, g.K, g.x, CUDA_R_16BF, g.K,
+                 &zero, g.y, CUDA_R_32F, g.N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+}
+
+struct version {
+    const char *name;
+    launch_fn fn;
+    bool fp8_ok, bf16_ok;
+    size_t (*smem)(int M, int K);   /* shared memory a launch needs (NULL: none to speak of) */
+};
+
+static size_t smem_v2(int M, int K) { return (size_t)M * K * 4; }
+template <int R> static size_t smem_v4(int M, int K) { return gemv_mma_smem(M, R, gemv_mma_slab(M, K)); }
+
+static const version VERSIONS[] = {
+    {"1", launch_v1, true, true, nullptr},
+    {"2 U4", launch_v2<1, 4>, true, true, smem_v2},
+    {"3 R2 U4", launch_v2<2, 4>, true, true, smem_v2},
+    {"4 R1 U2", launch_v4<1, 2>, true, true, smem_v4<1>},
+    {"4 R2 U2", launch_v4<2, 2>, true, true, smem_v4<2>},
+    {"4 R2 U4", launch_v4<2, 4>, true, true, smem_v4<2>},
+    {"4 R4 U2", launch_v4<4, 2>, true, true, smem_v4<4>},
+    {"cublas", launch_cublas, false, true, nullptr},
+};
+
+static float median(std::vector<float> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+}
+
+/* Median time of one launch inside a graph of `reps` launches over rotating weight copies, microseconds. */
+static float time_graph(gpu_case &g, launch_fn fn, int M, int reps) {
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    for (int r = 0; r < reps; r++) fn(g, r % g.copies, M);
+    CK(cudaStreamEndCapture(stream, &graph));
+    CK(cudaGraphInstantiate(&exec, graph, 0));
+    cudaEvent_t a, b;
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&b));
+    std::vector<float> t;
+    for (int i = 0; i < 8; i++) {
+        CK(cudaEventRecord(a, stream));
+        CK(cudaGraphLaunch(exec, stream));
+        CK(cudaEventRecord(b, stream));
+        CK(cudaEventSynchronize(b));
+        float ms;
+        CK(cudaEventElapsedTime(&ms, a, b));
+        if (i) t.push_back(ms * 1000.0f / reps);   /* the first replay warms up */
+    }
+    CK(cudaGraphExecDestroy(exec));
+    CK(cudaGraphDestroy(graph));
+    CK(cudaEventDestroy(a));
+    CK(cudaEventDestroy(b));
+    return median(t);
+}
+
+int main(int argc, char **argv) {
+    bool quick = argc > 1 && !strcmp(argv[1], "--quick");
+    CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    if (cublasCreate(&cublas) != CUBLAS_STATUS_SUCCESS) return fprintf(stderr, "cublasCreate failed\n"), 1;
+    cublasSetStream(cublas, stream);
+    cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0));
+    n_sm = prop.multiProcessorCount;
+    int smem_optin = prop.sharedMemPerBlockOptin;
+
+    /* the card's read bandwidth */
+    size_t big = (size_t)1 << 30;
+    uint4 *buf;
+    unsigned *sink;
+    CK(cudaMalloc(&buf, big));
+    CK(cudaMalloc(&sink, 4));
+    CK(cudaMemset(buf, 1, big));
+    std::vector<float> bw_t;
+    cudaEvent_t a, b;
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&b));
+    for (int i = 0; i < 6; i++) {
+        CK(cudaEventRecord(a, stream));
+        read_sum<<<n_sm * 8, 512, 0, stream>>>(buf, big / 16, sink);
+        CK(cudaEventRecord(b, stream));
+        CK(cudaEventSynchronize(b));
+        float ms;
+        CK(cudaEventElapsedTime(&ms, a, b));
+        if (i) bw_t.push_back(ms);
+    }
+    CK(cudaFree(buf));
+    double read_bw = big / (median(bw_t) * 1e-3);   /* bytes / s */
+    printf("# %s, %d SMs, shared memory opt-in %d KiB; streaming read of 1 GiB: %.0f GB/s\n", prop.name, n_sm,
+           smem_optin / 1024, read_bw / 1e9);
+    printf("%-16s %-5s %5s %5s %2s %-10s %9s %9s %8s %6s %9s %s\n", "shape", "dtype", "N", "K", "M", "version", "time_us",
+           "floor_us", "GB/s", "ratio", "max_err", "bits");
+
+    srand(1234);
+    const int Ms[] = {1, 2, 4, 8, 16};
+    int failures = 0;
+    for (const shape &sh : SHAPES) {
+        gpu_case g{};
+        g.N = sh.N, g.K = sh.K, g.fp8 = sh.fp8;
+        g.w_bytes = (size_t)sh.N * sh.K * (sh.fp8 ? 1 : 2);
+        int sk = (sh.K + 127) / 128, sn = (sh.N + 127) / 128;
+        g.s_bytes = sh.fp8 ? (size_t)sn * sk * 4 : 0;
+        g.copies = (int)std::min<size_t>(64, std::max<size_t>(2, ((size_t)400 << 20) / g.w_bytes + 1));
+        /* host data: FP8 codes without the NaN codes, BF16 weights ~ N(0, 0.02), x ~ N(0, 1) */
+        std::vector<uint8_t> w(g.w_bytes);
+        std::vector<float> scale((size_t)sn * sk);
+        std::vector<uint16_t> x((size_t)16 * sh.K);
+        auto gauss = [] {
+            double u = (rand() + 1.0) / (RAND_MAX + 2.0), v = (rand() + 1.0) / (RAND_MAX + 2.0);
+            return (float)(sqrt(-2 * log(u)) * cos(6.283185307179586 * v));
+        };
+        if (sh.fp8) {
+            for (auto &c : w) {
+                c = (uint8_t)(rand() & 0xff);
+                if ((c & 0x7f) == 0x7f) c ^= 1;
+            }
+            for (auto &s : scale) s = 1e-3f * (1.0f + (rand() % 1000) / 1000.0f);
+        } else {
+            uint16_t *wb = (uint16_t *)w.data();
+            for (size_t i = 0; i < g.w_bytes / 2; i++) wb[i] = float_to_bf16_host(0.02f * gauss());
+        }
+        for (auto &v : x) v = float_to_bf16_host(gauss());
+        g.w.resize(g.copies), g.scale.resize(g.copies);
+        for (int i = 0; i < g.copies; i++) {
+            CK(cudaMalloc(&g.w[i], g.w_bytes));
+            CK(cudaMemcpy(g.w[i], w.data(), g.w_bytes, cudaMemcpyHostToDevice));
+            if (sh.fp8) {
+                CK(cudaMalloc(&g.scale[i], g.s_bytes));
+                CK(cudaMemcpy(g.scale[i], scale.data(), g.s_bytes, cudaMemcpyHostToDevice));
+            }
+        }
+        CK(cudaMalloc(&g.x, x.size() * 2));
+        CK(cudaMemcpy(g.x, x.data(), x.size() * 2, cudaMemcpyHostToDevice));
+        CK(cudaMalloc(&g.y, (size_t)16 * sh.N * 4));
+        std::vector<double> ref, mag;
+        cpu_reference(ref, mag, x, w, scale, sh.fp8, 16, sh.N, sh.K);
+
+        std::vector<std::vector<float>> row0(sizeof VERSIONS / sizeof VERSIONS[0]);   /* per version, from M = 1 */
+        for (int M : Ms) {
+            if (quick && M != 1 && M != 4 && M != 16) continue;
+            for (const version &v : VERSIONS) {
+                if ((sh.fp8 && !v.fp8_ok) || (!sh.fp8 && !v.bf16_ok)) continue;
+                if (v.smem && v.smem(M, sh.K) > (size_t)smem_optin) continue;
+                CK(cudaMemsetAsync(g.y, 0xff, (size_t)16 * sh.N * 4, stream));
+                v.fn(g, 0, M);
+                CK(cudaGetLastError());
+                CK(cudaStreamSynchronize(stream));
+                std::vector<float> y((size_t)M * sh.N);
+                CK(cudaMemcpy(y.data(), g.y, y.size() * 4, cudaMemcpyDeviceToHost));
+                double max_err = 0;
+                for (size_t i = 0; i < y.size(); i++) {
+                    double e = fabs(y[i] - ref[i]) / (mag[i] + 1e-30);
+                    if (!(e <= max_err)) max_err = std::isnan(e) ? INFINITY : std::max(max_err, e);
+                }
+                /* row 0 of this M against row 0 of M = 1: the same bits whatever the batch (batch invariance) */
+                const char *bits = "-";
+                size_t vi = &v - VERSIONS;
+                if (M == 1) row0[vi].assign(y.begin(), y.begin() + sh.N);
+                else if (row0[vi].size() == (size_t)sh.N)
+                    bits = memcmp(row0[vi].data(), y.data(), sh.N * 4) ? "DIFFER" : "same";
+                float t = time_graph(g, v.fn, M, 20);
+                double bytes = g.w_bytes + g.s_bytes + (double)M * sh.K * 2 + (double)M * sh.N * 4;
+                double floor_us = bytes / read_bw * 1e6;
+                bool bad = max_err > 1e-5;
+                failures += bad;
+                printf("%-16s %-5s %5d %5d %2d %-10s %9.2f %9.2f %8.0f %6.2f %9.1e %s%s\n", sh.name,
+                       sh.fp8 ? "fp8" : "bf16", sh.N, sh.K, M, v.name, t, floor_us, bytes / (t * 1e-6) / 1e9,
+                       floor_us / t, max_err, bits, bad ? "  FAIL" : "");
+                fflush(stdout);
+            }
+        }
+        for (int i = 0; i < g.copies; i++) {
+            CK(cudaFree(g.w[i]));
+            if (sh.fp8) CK(cudaFree(g.scale[i]));
+        }
+        CK(cudaFree(g.x));
+        CK(cudaFree(g.y));
+    }
+    printf("# %d failed\n", failures);
+    return failures != 0;
+}

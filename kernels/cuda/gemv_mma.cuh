@@ -1,0 +1,252 @@
+/*
+ * gemv_mma.cuh - the small-row-count matmul y[M,N] = x[M,K] * w[N,K]^T on tensor cores, for BF16 activations and
+ * M <= 16 (decode, speculative verification, small batches): private to the CUDA backend. kernels/cuda/bench/gemv.cu
+ * times it (version 4) against the engine's CUDA-core GEMV and cuBLAS. The engine does not call it yet: its
+ * matmul, dense SwiGLU and decode-expert paths on it wait for their check on a GPU (docs/performance.md).
+ *
+ * Why tensor cores for a GEMV: the CUDA-core GEMV (gemv.cuh) does M FMAs per weight and reads x once per row of
+ * the batch, so at M = 2..16 it is bound by instructions and shared-memory traffic, not by the weight bytes
+ * (H200: 0.03-0.3 of the bandwidth floor). An MMA takes 16 rows of x at once; padding rows cost nothing that
+ * matters. And at M = 1 it converts each FP8 code once with the 16 rows' worth of products done by the MMA.
+ *
+ * Work split. A warp computes an n-tile of 8 weight rows for all M <= 16 activation rows: the MMA
+ * (mma.sync m16n8k16, BF16 inputs, F32 accumulation) takes x as A (16 rows, rows >= M zero) and 16 k-values of
+ * the 8 weight rows as B. A block's 8 warps split K: warp w takes the k-groups w, w + 8, ... (a group is 16 bytes
+ * of each weight row per lane: 64 FP8 or 32 BF16 elements over the 4 lanes of a row), and the 8 partial sums
+ * are added in warp order at the end. A block covers 8 R rows (R n-tiles per warp share each x fragment).
+ * x is staged in shared memory whole when it fits GEMV_MMA_X_BUDGET, else in slabs of a multiple of 512 columns
+ * (8 groups of either kind, so a warp meets the same groups in the same order whatever the slab count). Slabs
+ * cost: every slab boundary is a barrier that drains the loads in flight (on the H100, 2,048-column slabs made
+ * the 4096 x 16384 FP8 GEMV 30% slower than version 1 at one row), so only M x K too large to stage uses them.
+ *
+ * Batch invariance. Row m's result depends only on x[m] and w: not on M, R or the other rows (an MMA row does
+ * not see the others). So a row gives the same bits in a batch of any size up to 16, which exact greedy
+ * speculative decoding needs (a verification row equals the plain decode row).
+ *
+ * K order. The MMA sums 16 k-values per step in its own order; which physical k a fragment slot holds is ours to
+ * choose, as long as A and B agree. Lane (g = lane / 4, q = lane % 4) loads the 16 contiguous bytes
+ * [group + CH q, + CH) of weight row g (CH = 16 FP8 or 8 BF16 elements) and, for step s, gives the MMA the four
+ * elements CH q + 4 s + 0..3 as its logical k = 2q, 2q+1, 2q+8, 2q+9; its A fragment reads x at the same
+ * columns from shared memory (8 bytes per row per step). One 16-byte weight load feeds CH / 4 steps.
+ *
+ * Precision contract (docs/cuda.md): products of BF16 x and the exact weight values, summed by the MMA in F32
+ * over a group (64 FP8 or 32 BF16 columns), each FP8 group's sum times its block scale, the groups of a warp
+ * added in order, the 8 warps added in order, one rounding to y's dtype. FP8 codes go through the hardware's
+ * exact e4m3x2 -> f16x2 conversion and then to BF16 by moving bits: an f16's bits shifted right by 3 are a BF16
+ * of the value times 2^-112 (every E4M3 value is a normal f16, so no zero or subnormal case). x is staged times
+ * 2^64 (exact in BF16), so every product and partial sum is the true one times 2^-48, far from F32's subnormal
+ * range, and the block scale times 2^48 undoes it: the same roundings as without the scaling.
+ */
+#ifndef GLM53_CUDA_GEMV_MMA_CUH
+#define GLM53_CUDA_GEMV_MMA_CUH
+
+#include "kernels/cuda/cuda_common.cuh"
+
+enum {
+    GEMV_MMA_THREADS = 256,
+    GEMV_MMA_WARPS = 8,
+    GEMV_MMA_MAX_M = 16,
+    GEMV_MMA_X_BUDGET = 144 * 1024,   /* bytes of staged x at most (the H100 and H200 give a block 227 KiB) */
+    GEMV_MMA_PAD = 8,                 /* BF16 elements after each staged x row (16 bytes), to spread the banks */
+};
+constexpr float GEMV_MMA_X_SCALE = 18446744073709551616.0f;   /* 2^64 */
+constexpr float GEMV_MMA_UNSCALE = 281474976710656.0f;        /* 2^48 = 2^112 / 2^64 */
+
+/* Staged x rows: M, or 16 when M > 8 (rows 8..15 feed the A fragment's second half). */
+__host__ __device__ inline int gemv_mma_x_rows(int M) { return M <= 8 ? M : 16; }
+
+/* x columns staged at a time: all K when they fit GEMV_MMA_X_BUDGET, else the most multiples of 512 that do. */
+static inline int gemv_mma_slab(int M, int K) {
+    const int64_t row_bytes = 2 * (int64_t)gemv_mma_x_rows(M);
+    if (row_bytes * (K + GEMV_MMA_PAD) <= GEMV_MMA_X_BUDGET) return K;
+    return (int)((GEMV_MMA_X_BUDGET / row_bytes - GEMV_MMA_PAD) / 512 * 512);
+}
+
+/* Dynamic shared memory of one block: the x slab [rows, slab + PAD] BF16 and the warps' sums [8][R][16][8] F32. */
+static inline size_t gemv_mma_smem(int M, int R, int slab) {
+    return (size_t)gemv_mma_x_rows(M) * (slab + GEMV_MMA_PAD) * 2 + (size_t)GEMV_MMA_WARPS * R * 16 * 8 * 4;
+}
+
+/* Whether a weight [N, K] suits the tensor-core path: BF16, or FP8 whose scale blocks hold whole groups and
+ * n-tiles; K a multiple of a group; 16-byte aligned. */
+static inline bool gemv_mma_weight_fits(const weight_ref &w, int64_t K) {
+    if ((uintptr_t)w.data % 16) return false;
+    if (w.dtype == GLM53_BF16) return K % 32 == 0;
+    if (w.dtype != GLM53_F8_E4M3 || K % 64) return false;
+    return !w.scale || (w.block_cols % 64 == 0 && w.block_rows % 8 == 0);
+}
+
+/* Whether the tensor-core path applies to x [M, K] (BF16, the caller checks) times w: M <= 16, x 16-byte aligned. */
+static inline bool gemv_mma_fits(const weight_ref &w, int64_t M, int64_t K, const void *x) {
+    return M >= 1 && M <= GEMV_MMA_MAX_M && (uintptr_t)x % 16 == 0 && gemv_mma_weight_fits(w, K);
+}
+
+__device__ inline void gemv_mma_16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                      uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+/* Two E4M3 codes as a BF16 pair, each value times 2^-112 (see the top of the file). */
+__device__ inline uint32_t gemv_mma_fp8x2_to_bf16x2(uint16_t pair) {
+    __half2_raw h2 = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)pair, __NV_E4M3);
+    uint32_t h = (uint32_t)h2.x | ((uint32_t)h2.y << 16);
+    return ((h >> 3) & 0x0fff0fffu) | (h & 0x80008000u);
+}
+
+/* 16 bytes of weights nothing reads again soon: past L1, first out of L2. */
+__device__ inline uint4 gemv_mma_load_stream(const void *p) {
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+
+/* The block's part of the product: for n-tile r (rows tile_row[r] .. + 8 of weight tile_w[r], rows past
+ * tile_end[r] read as zero), sums[r][m][c] = x[m] . w_r[tile_row[r] + c] for m < 16 (rows >= M are zero), in F32,
+ * the 8 warps' partial sums added in warp order. `smem` is the block's dynamic shared memory
+ * (gemv_mma_smem(M, R, slab_cols) bytes); the sums are left in it (returned), valid for every thread after the
+ * final barrier. Every thread of the block must call it. */
+template <bool FP8, int R, int U>
+__device__ inline const float *gemv_mma_block(uint8_t *smem, const weight_ref (&tile_w)[R], const int64_t (&tile_row)[R],
+                                              const int64_t (&tile_end)[R], const __nv_bfloat16 *__restrict__ x,
+                                              int M, int K, int slab_cols) {
+    constexpr int CH = FP8 ? 16 : 8;   /* elements per lane per group */
+    constexpr int GROUP = 4 * CH;      /* elements of a weight row per group */
+    constexpr int STEPS = CH / 4;      /* MMAs per group and n-tile */
+    const int MS = gemv_mma_x_rows(M), ld = slab_cols + GEMV_MMA_PAD;
+    __nv_bfloat16 *xs = reinterpret_cast<__nv_bfloat16 *>(smem);
+    float *sums = reinterpret_cast<float *>(smem + (size_t)MS * ld * 2);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x / 32, g = lane / 4, q = lane % 4;
+    const size_t row_bytes = (size_t)K * (FP8 ? 1 : 2);
+
+    float acc[R][4];
+#pragma unroll
+    for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = acc[r][2] = acc[r][3] = 0.0f;
+
+    for (int k_slab = 0; k_slab < K; k_slab += slab_cols) {
+        const int slab = min(slab_cols, K - k_slab);
+        /* stage x[0..M, k_slab .. k_slab + slab) (rows M..MS zero), times 2^64 for FP8 weights */
+        if (k_slab) __syncthreads();   /* every warp is done with the previous slab */
+        for (int i = threadIdx.x; i < MS * slab / 8; i += blockDim.x) {
+            int m = i / (slab / 8), c = (i % (slab / 8)) * 8;
+            uint4 v = make_uint4(0, 0, 0, 0);
+            if (m < M) {
+                v = *reinterpret_cast<const uint4 *>(x + (size_t)m * K + k_slab + c);
+                if (FP8) {
+                    float f[8];
+                    cuda_bf16x8_to_float(v, f);
+                    uint32_t o[4];
+#pragma unroll
+                    for (int j = 0; j < 4; j++) {
+                        __nv_bfloat162 b = __floats2bfloat162_rn(f[2 * j] * GEMV_MMA_X_SCALE, f[2 * j + 1] * GEMV_MMA_X_SCALE);
+                        o[j] = *reinterpret_cast<uint32_t *>(&b);
+                    }
+                    v = make_uint4(o[0], o[1], o[2], o[3]);
+                }
+            }
+            *reinterpret_cast<uint4 *>(xs + (size_t)m * ld + c) = v;
+        }
+        __syncthreads();
+
+        const int groups = slab / GROUP, kg_base = k_slab / GROUP;
+        for (int kg0 = warp; kg0 < groups; kg0 += GEMV_MMA_WARPS * U) {
+            uint4 p[U][R];
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int kg = kg0 + GEMV_MMA_WARPS * u;
+                if (kg < groups)
+#pragma unroll
+                    for (int r = 0; r < R; r++) {
+                        const int64_t n = tile_row[r] + g;
+                        const size_t col = (size_t)(kg_base + kg) * GROUP + CH * q;
+                        p[u][r] = n < tile_end[r]
+                                      ? gemv_mma_load_stream((const uint8_t *)tile_w[r].data + n * row_bytes + col * (FP8 ? 1 : 2))
+                                      : make_uint4(0, 0, 0, 0);
+                    }
+            }
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int kg = kg0 + GEMV_MMA_WARPS * u;
+                if (kg >= groups) break;
+                const int col = kg * GROUP + CH * q;   /* in the slab */
+                uint2 xa[STEPS], xb[STEPS];            /* x rows g and g + 8 at columns col + 4 s .. + 4 */
+#pragma unroll
+                for (int st = 0; st < STEPS; st++) {
+                    xa[st] = g < M ? *reinterpret_cast<const uint2 *>(xs + (size_t)g * ld + col + 4 * st)
+                                   : make_uint2(0, 0);
+                    xb[st] = g + 8 < M ? *reinterpret_cast<const uint2 *>(xs + (size_t)(g + 8) * ld + col + 4 * st)
+                                       : make_uint2(0, 0);
+                }
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    const uint32_t words[4] = {p[u][r].x, p[u][r].y, p[u][r].z, p[u][r].w};
+                    uint32_t bw[2 * STEPS];   /* this lane's CH weights as BF16 pairs */
+                    if constexpr (FP8) {
+#pragma unroll
+                        for (int j = 0; j < 4; j++) {
+                            bw[2 * j] = gemv_mma_fp8x2_to_bf16x2((uint16_t)(words[j] & 0xffffu));
+                            bw[2 * j + 1] = gemv_mma_fp8x2_to_bf16x2((uint16_t)(words[j] >> 16));
+                        }
+                    } else {
+#pragma unroll
+                        for (int j = 0; j < 4; j++) bw[j] = words[j];
+                    }
+                    float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+                    for (int st = 0; st < STEPS; st++)
+                        gemv_mma_16816(d, xa[st].x, xb[st].x, xa[st].y, xb[st].y, bw[2 * st], bw[2 * st + 1]);
+                    if constexpr (FP8) {
+                        const weight_ref &w = tile_w[r];
+                        const int64_t colg = (int64_t)(kg_base + kg) * GROUP;
+                        const float s = (w.scale ? w.scale[(tile_row[r] / w.block_rows) * w.scale_stride + colg / w.block_cols]
+                                                 : 1.0f) * GEMV_MMA_UNSCALE;
+#pragma unroll
+                        for (int j = 0; j < 4; j++) acc[r][j] += d[j] * s;
+                    } else {
+#pragma unroll
+                        for (int j = 0; j < 4; j++) acc[r][j] += d[j];
+                    }
+                }
+            }
+        }
+    }
+    /* the C fragment: acc[r][0..1] are row g, tile columns 2q and 2q + 1; acc[r][2..3] row g + 8. Each warp
+     * writes its own [R][16][8] block; then thread i adds element i over the warps, in warp order, into warp 0's */
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) sums[((warp * R + r) * 16 + g + (j >= 2 ? 8 : 0)) * 8 + 2 * q + (j & 1)] = acc[r][j];
+    __syncthreads();
+    for (int i = threadIdx.x; i < R * 16 * 8; i += blockDim.x) {
+        float s = sums[i];
+        for (int v = 1; v < GEMV_MMA_WARPS; v++) s += sums[v * R * 16 * 8 + i];
+        sums[i] = s;
+    }
+    __syncthreads();
+    return sums;   /* [R][16][8] */
+}
+
+/* y[M, N] = x[M, K] * w[N, K]^T. Grid: ceil(N / (8 R)) blocks of GEMV_MMA_THREADS, gemv_mma_smem(M, R, slab)
+ * bytes of dynamic shared memory, slab = gemv_mma_slab(M, K). FP8: w is F8_E4M3 (with or without a block scale),
+ * else BF16. U: k-groups whose weights one lane loads before using any (bytes in flight). */
+template <bool FP8, int R, int U>
+__global__ void __launch_bounds__(GEMV_MMA_THREADS)
+gemv_mma_kernel(act_out y, const __nv_bfloat16 *__restrict__ x, weight_ref w, int M, int N, int K, int slab_cols) {
+    extern __shared__ __align__(16) uint8_t gemv_mma_smem_bytes[];
+    weight_ref tile_w[R];
+    int64_t tile_row[R], tile_end[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) tile_w[r] = w, tile_row[r] = (int64_t)blockIdx.x * 8 * R + 8 * r, tile_end[r] = N;
+    const float *sums = gemv_mma_block<FP8, R, U>(gemv_mma_smem_bytes, tile_w, tile_row, tile_end, x, M, K, slab_cols);
+    for (int i = threadIdx.x; i < R * 16 * 8; i += blockDim.x) {
+        const int r = i / 128, m = (i / 8) % 16, c = i % 8;
+        const int64_t n = tile_row[r] + c;
+        if (m < M && n < N) y.store((int64_t)m * N + n, sums[i]);
+    }
+}
+
+#endif /* GLM53_CUDA_GEMV_MMA_CUH */
