@@ -124,7 +124,6 @@ __device__ inline void fp8x4_to_float_scaled(uint32_t word, float *out) {
 }
 
 enum { V2_THREADS = 256, V2_WARPS = V2_THREADS / 32 };
-constexpr float X_STAGE_SCALE = 18446744073709551616.0f;   /* 2^64 */
 constexpr float SCALE_FIX = 72057594037927936.0f;          /* 2^56 = 2^120 / 2^64 */
 
 /* x[M, K] (BF16 in global memory) into xs[M, K] F32 in shared memory, times `mul`. */
@@ -199,7 +198,7 @@ template <int MAX_M, int R, bool FP8, int U>
 __global__ void __launch_bounds__(V2_THREADS) gemv_v2(float *y, const __nv_bfloat16 *x, const uint8_t *w,
                                                      const float *scale, int scale_stride, int M, int N, int K) {
     extern __shared__ float xs[];   /* [M, K] */
-    stage_x(xs, x, M, K, FP8 ? X_STAGE_SCALE : 1.0f);
+    stage_x(xs, x, M, K, FP8 ? GEMV_MMA_X_SCALE : 1.0f);
     const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
     for (int64_t n0 = ((int64_t)blockIdx.x * V2_WARPS + warp) * R; n0 < N; n0 += (int64_t)gridDim.x * V2_WARPS * R) {
         float acc[MAX_M][R];
