@@ -12,9 +12,9 @@ mode, and an HTML report.
 
 TASK is a module of evals/ (gsm8k, gsm8k_cot, mmlu_pro, gpqa, mmmu_pro; tiny_arith, tiny_mc, tiny_retrieval,
 tiny_tools, tiny_vision for models/glm53-tiny, which `glm53 tiny-scores` runs together). Without --model or
---server the bundled checkpoint runs in-process (glm53.eval.runner.DEFAULT_MODEL). Generation is greedy unless
---temperature says otherwise, with the task's stop strings and max tokens (--max-tokens overrides), the model's
-chat template for chat prompts, up to --concurrency items at once. With --server, chat prompts go to
+--server the bundled models/glm53-tiny runs in-process (glm53.eval.runner.DEFAULT_MODEL). Generation is greedy
+unless --temperature says otherwise, with the task's stop strings and max tokens (--max-tokens overrides), the
+model's chat template for chat prompts, up to --concurrency items at once. With --server, chat prompts go to
 URL/v1/chat/completions and text prompts (few-shot) to URL/v1/completions, --concurrency requests in flight.
 
 --out DIR (default reports/eval-TASK) gets records.jsonl (one record per item, written and flushed as items

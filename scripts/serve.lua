@@ -6,7 +6,7 @@ serve.lua - an OpenAI- and Anthropic-compatible HTTP server for a GLM-5.3 checkp
                              [--api-key KEY] [--served-model-name NAME] [--max-num-seqs N] [--max-model-len N]
                              [--max-queue N] [--script app.lua ...]
 
---model defaults to the bundled models/tiny; the model name to the directory's base name. --tp, --ep and
+--model defaults to the bundled models/glm53-tiny; the model name to the directory's base name. --tp, --ep and
 --communicator spread the model over ranks (docs/multi-gpu.md), as on every command that loads one. The server
 listens first and loads the model on a libuv pool thread: GET /health answers 503 until it serves, then 200. Each
 --script FILE is a Lua file returning function(app) that extends the server before it starts (routes, limits,

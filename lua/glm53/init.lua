@@ -2,7 +2,7 @@
 glm53 - LuaJIT package for the glm53 inference engine (GLM-5.3-Flash).
 
     local glm53 = require("glm53")
-    local ckpt = assert(glm53.checkpoint.open("models/tiny"))
+    local ckpt = assert(glm53.checkpoint.open("models/glm53-tiny"))
     ckpt:print_tensors()
     print(glm53.version())
 

@@ -1,7 +1,7 @@
 -- The experts each MoE layer routed to most over a few prompts (docs/research.md).
 --   bin/glm53 lua scripts/examples/top_experts.lua [MODEL_DIR]
 local glm53 = require("glm53")
-local dir = arg[1] or "models/tiny"
+local dir = arg[1] or "models/glm53-tiny"
 local m, tok = assert(glm53.model.load(dir)), assert(glm53.tokenizer.load(dir .. "/tokenizer.json"))
 local count = {}                                             -- count[layer][expert] = routed tokens
 for _, text in ipairs({ "The capital of France is", "def fib(n):", "3 + 4 * 5 =", "Once upon a time" }) do

@@ -22,7 +22,9 @@ local M = {}
 -- The bundled model
 ---------------------------------------------------------------------------------------------------------------
 -- The model `--model` defaults to: models/<this> in a checkout, glm53/models/<this> beside the installed modules.
-M.BUNDLED_MODEL = "tiny"
+-- It is the trained tiny model (docs/tiny-model.md); models/tiny, the random-weight 4-layer checkpoint the tests
+-- use, stays beside it but is only loaded when named.
+M.BUNDLED_MODEL = "glm53-tiny"
 
 local function module_dir()
     local src = debug.getinfo(1, "S").source

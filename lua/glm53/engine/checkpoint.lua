@@ -2,7 +2,7 @@
 glm53.engine.checkpoint - read-only access to a checkpoint (config.json + safetensors, sharded or not).
 
     local checkpoint = require("glm53.engine.checkpoint")
-    local ckpt = assert(checkpoint.open("models/tiny"))
+    local ckpt = assert(checkpoint.open("models/glm53-tiny"))
     for _, info in ipairs(ckpt:list()) do print(info.name, info.dtype, table.concat(info.shape, "x")) end
     local values = ckpt:read("lm_head.weight")              -- Lua table of numbers (FP8 dequantised)
     local buf, n = ckpt:read_into("lm_head.weight")          -- float[n] cdata, no Lua table

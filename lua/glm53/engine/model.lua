@@ -2,7 +2,7 @@
 glm53.engine.model - load a model, make sequences (caches), run batched steps.
 
     local model = require("glm53.engine.model")
-    local m = assert(model.load("models/tiny", { device = "cpu", threads = 2 }))
+    local m = assert(model.load("models/glm53-tiny", { device = "cpu", threads = 2 }))
     local seq = assert(m:seq({ max_tokens = 512 }))
     local batch = m:batch({ rows = 512 })             -- reusable buffers; make once, reuse every step
     batch:add(seq, { 1, 2, 3 })                       -- prefill; only the last row's logits by default
@@ -22,7 +22,7 @@ Async steps run on the model's worker thread, so an event loop keeps running dur
     local tag, ok, err = m:poll()                     -- nil when none waits; m:wait() blocks instead
 glm53.engine.async wraps this for luv: a callback per step. Loading itself can run off the loop too:
 
-    model.load_async(uv, "models/tiny", { threads = 2 }, function(m, err) ... end)   -- on a libuv pool thread
+    model.load_async(uv, "models/glm53-tiny", { threads = 2 }, function(m, err) ... end)   -- on a libuv pool thread
 ]]
 local core = require("glm53.ffi.core")
 local sequence = require("glm53.engine.seq")

@@ -2,7 +2,7 @@
 glm53.engine.seq - a sequence: one token stream of a model and its caches (attention KV and linear-attention
 state of the target layers and of each MTP layer). Model:seq makes one; batches carry sequences to the steps.
 
-    local m = assert(require("glm53.engine.model").load("models/tiny"))
+    local m = assert(require("glm53.engine.model").load("models/glm53-tiny"))
     local seq = assert(m:seq({ max_tokens = 512, max_rollback = 4 }))
     local batch = m:batch({ rows = 16 })
     batch:add(seq, { 1, 2, 3, 4 })

@@ -2,8 +2,8 @@
 glm53.engine.tokenizer - the C tokenizer (core/tokenizer.c) from LuaJIT, and an incremental detokeniser.
 
     local tokenizer = require("glm53.engine.tokenizer")
-    local tok = assert(tokenizer.load("models/tiny/tokenizer.json"))   -- or a tiktoken file
-    local ids = tok:encode("[gMASK]<sop><|user|>hi")                   -- { 770, 772, ... }
+    local tok = assert(tokenizer.load("models/glm53-tiny/tokenizer.json"))   -- or a tiktoken file
+    local ids = tok:encode("[gMASK]<sop><|user|>hi")                         -- { 2258, 2260, 2263, 466 }
     print(tok:decode(ids, { skip_special_tokens = true }))              -- "hi"
     local s = tok:stream({ skip_special_tokens = true, stop = { "\n\n" } })
     for _, id in ipairs(ids) do

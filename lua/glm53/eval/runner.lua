@@ -4,7 +4,8 @@ or against an OpenAI-compatible server, answers extracted and scored in every mo
 a summary with Wilson intervals and an HTML report. scripts/eval.lua is its command line.
 
     local runner = require("glm53.eval.runner")
-    local result = assert(runner.run({ task = "gsm8k", model = "models/tiny", limit = 20, out = "reports/gsm8k" }))
+    local result = assert(runner.run({ task = "gsm8k", model = "models/glm53-tiny", limit = 20,
+                                       out = "reports/gsm8k" }))
     -- or server = "http://127.0.0.1:8000" instead of model
     print(result.summary.modes[1].p, result.dir)
 
@@ -75,9 +76,9 @@ end
 M.canonical = canonical
 M.ROOT = canonical(repo_root())
 
--- The checkpoint used when a command names none: the bundled tiny model (random weights; a trained model will
--- replace it here, the one place that names it).
-M.DEFAULT_MODEL = M.ROOT .. "/models/tiny"
+-- The checkpoint used when a command names none: the bundled trained tiny model (docs/tiny-model.md), the same
+-- one the glm53 commands and the server default to (glm53.cli.common.BUNDLED_MODEL).
+M.DEFAULT_MODEL = M.ROOT .. "/models/" .. require("glm53.cli.common").BUNDLED_MODEL
 
 M.DEFAULT_DATA = {
     gsm8k = "evals/data/gsm8k/test.jsonl",

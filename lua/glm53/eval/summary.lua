@@ -7,7 +7,7 @@ report.html (Markdown through cmark, a table, SVG plots).
     local summary = require("glm53.eval.summary")
     local s = summary.compute(records, { "strict-match", "flexible-extract" })
     print(s.modes[1].p, s.modes[1].lo, s.modes[1].hi, s.errors, s.length_stops)
-    assert(summary.write("out", s, { title = "gsm8k on models/tiny", settings = { { "seed", "0" } } }))
+    assert(summary.write("out", s, { title = "gsm8k on models/glm53-tiny", settings = { { "seed", "0" } } }))
 
 Per mode: n = records without an error that the mode scored (a task may leave items out of a mode: their
 `correct` is null there); correct; wrong = not correct and not cut by max_tokens; wrong_length = not correct and

@@ -3,10 +3,11 @@ glm53.generation.defaults - what a checkpoint directory says about generating fr
 the model's turn (where generation stops by default) and the sampling defaults of generation_config.json.
 
     local defaults = require("glm53.generation.defaults")
-    local tok = assert(require("glm53.engine.tokenizer").load("models/tiny/tokenizer.json"))
-    local ids, source = assert(defaults.eos_ids("models/tiny", tok))
-    -- { 768, 775, 777 }, "the tokenizer's end tokens (<|endoftext|>, <|user|>, <|observation|>)"
-    local sampling = assert(defaults.sampling("models/tiny"))    -- {} here; GLM-5.3: temperature 1, top_p 0.95
+    local tok = assert(require("glm53.engine.tokenizer").load("models/glm53-tiny/tokenizer.json"))
+    local ids, source = assert(defaults.eos_ids("models/glm53-tiny", tok))
+    -- { 2256, 2263, 2265 }, "generation_config.json"; models/tiny names none there, so its ids are { 768, 775, 777 },
+    -- "the tokenizer's end tokens (<|endoftext|>, <|user|>, <|observation|>)"
+    local sampling = assert(defaults.sampling("models/glm53-tiny"))   -- {} here; GLM-5.3: temperature 1, top_p 0.95
 
 End tokens, in this order (the first that names any id wins):
   1. generation_config.json `eos_token_id` (a number or a list), as transformers' generate reads it;

@@ -5,7 +5,7 @@ GitHub-style pipe tables, and report documents that are written both as Markdown
     local markdown = require("glm53.report.markdown")
     local html_text = assert(markdown.to_html("# Title\n\nSome *text*."))
     local doc = markdown.document({
-        { md = "# gsm8k on models/tiny\n\nGreedy, 20 items." },
+        { md = "# gsm8k on models/glm53-tiny\n\nGreedy, 20 items." },
         { table = { header = { "mode", "accuracy" }, rows = { { "strict-match", "0.050" } } } },
         { svg = svg_text, md = "(plot in report.html)" },      -- HTML gets the SVG, Markdown the md text
     })

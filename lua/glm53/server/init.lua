@@ -4,7 +4,7 @@ extend with routes, limits and policies (docs/server.md).
 
     local uv = require("luv")
     local server = require("glm53.server")
-    local app = server.new({ model = "models/tiny", port = 8080 })
+    local app = server.new({ model = "models/glm53-tiny", port = 8080 })
     app:route("GET", "/v1/version", function(req, res) app:send(res, 200, { version = "1" }) end)
     app:use(function(req, res)                         -- runs before every route; true = answered
         if req.headers["x-tenant"] == "blocked" then return app:fail(req, res, 403, "tenant blocked") end
@@ -16,9 +16,10 @@ extend with routes, limits and policies (docs/server.md).
     assert(app:start())                                -- listens, then loads the model off the loop
     uv.run()
 
-server.new(opts): model (checkpoint directory; default the bundled models/tiny), device ("cpu" | "cuda"), threads,
-tp, ep, communicator (tensor and expert parallelism, as glm53.engine.model.load takes them; docs/multi-gpu.md),
-host ("127.0.0.1"), port (8080; 0 picks one), api_key, served_model_name (default: the directory's base name),
+server.new(opts): model (checkpoint directory; default server.DEFAULT_MODEL, the bundled models/glm53-tiny),
+device ("cpu" | "cuda"), threads, tp, ep, communicator (tensor and expert parallelism, as glm53.engine.model.load
+takes them; docs/multi-gpu.md), host ("127.0.0.1"), port (8080; 0 picks one), api_key, served_model_name (default:
+the directory's base name, so "glm53-tiny" for the default model),
 max_num_seqs (16), max_model_len (8192; tokens of prompt and output per request), max_queue (256),
 prefill_chunk (256 rows per step), speculative_max (most MTP drafts a request may ask for; default 4 with an MTP
 layer, else 0), prefix_cache_bytes (512 MiB), max_body_bytes (16 MiB), policy_dir (scripts/policies), log
@@ -58,6 +59,10 @@ local function source_root()
 end
 M.ROOT = source_root()
 
+-- The checkpoint served when opts.model is nil: the bundled model the glm53 commands default to
+-- (glm53.cli.common.BUNDLED_MODEL: the trained models/glm53-tiny, docs/tiny-model.md).
+M.DEFAULT_MODEL = M.ROOT .. "/models/" .. require("glm53.cli.common").BUNDLED_MODEL
+
 local function default_log(level, message)
     io.stderr:write(os.date("%Y-%m-%d %H:%M:%S"), " glm53.server ", level, ": ", message, "\n")
 end
@@ -72,7 +77,7 @@ local ANTHROPIC_TYPES = { [400] = "invalid_request_error", [401] = "authenticati
 function M.new(opts)
     opts = opts or {}
     if type(opts) ~= "table" then error("server.new: opts must be a table", 2) end
-    local model_dir = opts.model or (M.ROOT .. "/models/tiny")
+    local model_dir = opts.model or M.DEFAULT_MODEL
     local self = setmetatable({
         opts = opts, model_dir = model_dir, log = opts.log or default_log,
         served_model_name = opts.served_model_name or model_dir:gsub("/+$", ""):match("([^/]+)$"),

@@ -2,7 +2,7 @@
 glm53.server.metrics - counters, gauges and histograms in the Prometheus text exposition format (version 0.0.4).
 
     local metrics = require("glm53.server.metrics")
-    local reg = metrics.registry({ model_name = "tiny" })            -- labels every series carries
+    local reg = metrics.registry({ model_name = "glm53-tiny" })      -- labels every series carries
     local tokens = reg:counter("vllm:prompt_tokens_total", "Prompt tokens processed.")
     local running = reg:gauge("vllm:num_requests_running", "Requests in the running batch.", function() return 3 end)
     local ttft = reg:histogram("vllm:time_to_first_token_seconds", "Time to first token.", metrics.LATENCY_BUCKETS)

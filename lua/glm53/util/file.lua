@@ -3,7 +3,7 @@ glm53.util.file - whole-file reads and writes, and an existence test: the one co
 the tests share.
 
     local file = require("glm53.util.file")
-    local text, err = file.read_file("models/tiny/config.json")     -- the bytes, or nil, err
+    local text, err = file.read_file("models/glm53-tiny/config.json")   -- the bytes, or nil, err
     assert(file.write_file("/tmp/out.txt", text))                    -- true, or nil, err
     assert(file.write_file("lua/glm53/ffi/cdef.lua", text, { atomic = true }))
     if file.exists("build/libglm53.so") then ... end
