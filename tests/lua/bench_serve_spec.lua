@@ -1,7 +1,8 @@
 -- glm53.bench.serve and scripts/bench_serve.lua (acceptance 4): the metrics of a small hand-made trace,
 -- computed by hand below with vLLM's definitions (vllm/benchmarks/serve.py, calculate_metrics; numpy's linear
 -- percentiles); the arrival schedules; a 30-second load against a server; the sweep, A/B and /metrics paths of the
--- command line. The server is ours (scripts/serve.lua on the bundled model, tests/lua/eval_helpers.start_server).
+-- command line. The server is ours (scripts/serve.lua on models/tiny, the small random-weight test model,
+-- tests/lua/eval_helpers.start_server).
 local cjson = require("cjson")
 local file = require("glm53.util.file")
 local serve = require("glm53.bench.serve")
@@ -116,7 +117,7 @@ end)
 
 describe("serve.run against a server", function()
     local server
-    setup(function() server = h.start_server({ "--max-num-seqs", "4" }) end)
+    setup(function() server = h.start_server({ "--model", "models/tiny", "--max-num-seqs", "4" }) end)
     teardown(function() if server then server:stop() end end)
 
     it("keeps a load of 4 concurrent streams for 30 seconds", function()

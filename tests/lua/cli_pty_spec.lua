@@ -9,6 +9,10 @@ local output = require("glm53.cli.output")
 local h = require("spec_helpers")
 
 local ROOT = os.getenv("PWD")
+-- On models/tiny, the random-weight test model (fast; "bread" ends with its <|observation|>), named explicitly:
+-- the default --model is models/glm53-tiny.
+local GENERATE = "bin/glm53 generate --model models/tiny "
+local CHAT = "bin/glm53 chat --model models/tiny"
 local stdout_of = h.stdout_of
 local tmp, sock
 local session_id = 0
@@ -61,7 +65,7 @@ local function squeeze(s) return (s:gsub("%s+", "")) end
 
 -- The reply of `glm53 generate ARGS --json`.
 local function json_of(args)
-    local out = stdout_of("bin/glm53 generate --json " .. args .. " 2>/dev/null")
+    local out = stdout_of(GENERATE .. "--json " .. args .. " 2>/dev/null")
     return cjson.decode(out)
 end
 
@@ -79,7 +83,7 @@ describe("glm53 generate in a terminal", function()
     it("streams the text --json reports, the reasoning dimmed, then the statistics", function()
         local args = "--max-tokens 40 --ignore-eos 'Write a haiku about linear attention.'"
         local want = json_of(args)
-        local name = start("bin/glm53 generate " .. args)
+        local name = start(GENERATE .. args)
         local s = wait_for(name, "[exit 0]")
         assert.is_truthy(squeeze(s):find(squeeze(output.printable(want.text)), 1, true), s)
         assert.matches("decode 39 tokens: [%d.]+ tok/s; finish: length", s)
@@ -89,14 +93,14 @@ describe("glm53 generate in a terminal", function()
     it("stops at the model's end token", function()
         local want = json_of("--max-tokens 50 bread")
         assert.are.equal("stop", want.finish_reason)
-        local name = start("bin/glm53 generate --max-tokens 50 bread")
+        local name = start(GENERATE .. "--max-tokens 50 bread")
         local s = wait_for(name, "[exit 0]")
         assert.matches('finish: stop %("<|observation|>"%)', s)
         assert.is_truthy(squeeze(s):find(squeeze(output.printable(want.text)), 1, true), s)
     end)
 
     it("samples only decodable ids at a high temperature", function()
-        local name = start("bin/glm53 generate --max-tokens 300 --ignore-eos --temperature 5 --seed 11 'Go on'")
+        local name = start(GENERATE .. "--max-tokens 300 --ignore-eos --temperature 5 --seed 11 'Go on'")
         local s = wait_for(name, "[exit ")
         assert.is_truthy(s:find("[exit 0]", 1, true), s)
         assert.matches("decode 299 tokens", s)
@@ -107,7 +111,7 @@ end)
 describe("glm53 chat in a terminal", function()
     it("streams replies, keeps the conversation, /reset forgets it, /exit leaves", function()
         local first = json_of("--max-tokens 30 bread")   -- the first turn's prompt is generate's
-        local name = start("bin/glm53 chat --verbose --max-tokens 30")
+        local name = start(CHAT .. " --verbose --max-tokens 30")
         wait_for(name, "/help lists the commands")
         wait_for(name, "> ")
         type_line(name, "bread")
@@ -139,7 +143,7 @@ describe("glm53 chat in a terminal", function()
     end)
 
     it("leaves at the end of input (Ctrl-D)", function()
-        local name = start("bin/glm53 chat")
+        local name = start(CHAT)
         wait_for(name, "> ")
         tmux("send-keys -t " .. name .. " C-d")
         local s = wait_for(name, "[exit ")

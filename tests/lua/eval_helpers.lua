@@ -34,8 +34,8 @@ function M.start(command)
     }
 end
 
--- Our server (scripts/serve.lua, the bundled model) on a free loopback port, serving: { url, port, stop }.
--- args: its extra command-line arguments (a list).
+-- Our server (scripts/serve.lua; the bundled models/glm53-tiny unless args name --model) on a free loopback port,
+-- serving: { url, port, stop }. args: its extra command-line arguments (a list).
 function M.start_server(args)
     local srv = require("server_helpers").start(args)
     return { url = "http://127.0.0.1:" .. srv.port, port = srv.port, stop = function() srv.stop() end }

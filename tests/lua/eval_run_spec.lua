@@ -1,5 +1,6 @@
 -- scripts/eval.lua and glm53.eval.{runner,records,summary,compare} on models/tiny (random weights: accuracy is
--- about 0, which is not what these tests are about):
+-- about 0, which is not what these tests are about; named with --model, in-process and for the server, since the
+-- default is models/glm53-tiny):
 --   records: fixed key order, a partial last line cut off, error records retried, duplicates refused;
 --   acceptance 2: a run killed with SIGKILL half-way and restarted ends with the same JSONL as an
 --     uninterrupted run (identical bytes but for the wall-clock latency_s field);
@@ -117,9 +118,10 @@ end)
 describe("scripts/eval.lua", function()
     local uninterrupted = TMP .. "/full"
     local common = "gsm8k --limit 24 --max-tokens 40 --concurrency 3 --seed 5 --progress-every 100"
+    local in_process = common .. " --model models/tiny"
 
     it("runs in-process and writes records, the summary and the report", function()
-        local out, ok = sh(eval_cmd(common .. " --out " .. uninterrupted))
+        local out, ok = sh(eval_cmd(in_process .. " --out " .. uninterrupted))
         assert.is_true(ok, out)
         assert.truthy(out:find("strict-match", 1, true))
         assert.are.equal(24, h.count_lines(uninterrupted .. "/records.jsonl"))
@@ -136,7 +138,7 @@ describe("scripts/eval.lua", function()
 
     it("resumes a run killed with SIGKILL half-way and ends with the same records", function()
         local dir = TMP .. "/killed"
-        local child = h.start(eval_cmd(common .. " --max-tokens 40 --out " .. dir .. " >/dev/null 2>&1"))
+        local child = h.start(eval_cmd(in_process .. " --max-tokens 40 --out " .. dir .. " >/dev/null 2>&1"))
         local path = dir .. "/records.jsonl"
         local waited = 0
         while h.count_lines(path) < 6 and waited < 60 do h.sleep(0.005) waited = waited + 0.005 end
@@ -147,25 +149,26 @@ describe("scripts/eval.lua", function()
         local f = assert(io.open(path, "ab"))
         f:write('{"id":"' .. at_kill .. '","prompt":[{"content":"Question')
         f:close()
-        local out, ok = sh(eval_cmd(common .. " --out " .. dir))
+        local out, ok = sh(eval_cmd(in_process .. " --out " .. dir))
         assert.is_true(ok, out)
         assert.truthy(out:find("cut off a partial last line", 1, true))
         assert.truthy(out:find(string.format("(%d done before, %d to run)", at_kill, 24 - at_kill), 1, true), out)
         assert.are.equal(h.records_without_latency(uninterrupted .. "/records.jsonl"), h.records_without_latency(path))
         -- A third run has nothing left to do.
-        out, ok = sh(eval_cmd(common .. " --out " .. dir))
+        out, ok = sh(eval_cmd(in_process .. " --out " .. dir))
         assert.is_true(ok, out)
         assert.truthy(out:find("(24 done before, 0 to run)", 1, true))
     end)
 
     it("refuses to resume with settings that change the outputs", function()
-        local out, ok = sh(eval_cmd("gsm8k --limit 24 --max-tokens 41 --concurrency 3 --seed 5 --out " .. uninterrupted))
+        local out, ok = sh(eval_cmd("gsm8k --limit 24 --max-tokens 41 --concurrency 3 --seed 5 --model models/tiny " ..
+                                    "--out " .. uninterrupted))
         assert.is_falsy(ok)
         assert.truthy(out:find("holds a run with other settings", 1, true))
     end)
 
     it("gives the same records and scores against a server as in-process (chat and text prompts)", function()
-        local server = h.start_server({ "--max-num-seqs", "4" })
+        local server = h.start_server({ "--model", "models/tiny", "--max-num-seqs", "4" })
         local ok_all, err = pcall(function()
             local dir = TMP .. "/server"
             local out, ok = sh(eval_cmd(common .. " --server " .. server.url .. " --out " .. dir))
@@ -177,7 +180,7 @@ describe("scripts/eval.lua", function()
             assert.are.same(a.modes, b.modes)
             -- Few-shot gsm8k_cot prompts are text: /v1/completions.
             local text_args = "gsm8k_cot --fewshot 3 --limit 8 --max-tokens 24 --concurrency 2 --progress-every 100"
-            out, ok = sh(eval_cmd(text_args .. " --out " .. TMP .. "/text_local"))
+            out, ok = sh(eval_cmd(text_args .. " --model models/tiny --out " .. TMP .. "/text_local"))
             assert.is_true(ok, out)
             out, ok = sh(eval_cmd(text_args .. " --server " .. server.url .. " --out " .. TMP .. "/text_server"))
             assert.is_true(ok, out)

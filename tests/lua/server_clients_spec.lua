@@ -1,8 +1,11 @@
--- Real clients against the server: the official openai and @anthropic-ai/sdk npm packages, streaming and not
--- (tests/server/sdk_test.mjs), and the chat page in headless Chromium through playwright-core
--- (tests/server/page_test.mjs), which leaves a screenshot of the streamed answer in reports/server-page.png.
+-- Real clients against the server on its default model, the bundled models/glm53-tiny (no --model): the official
+-- openai and @anthropic-ai/sdk npm packages, streaming and not (tests/server/sdk_test.mjs), their greedy and seeded
+-- token ids equal to scripts/generate.lua's on the same default model, and the chat page in headless Chromium
+-- through playwright-core (tests/server/page_test.mjs), which leaves a screenshot of the streamed answer in
+-- reports/server-page.png.
 -- The npm packages are installed from tests/server/package-lock.json with `npm ci` (pinned versions, from the
 -- npm cache when offline); when that cannot run, the tests fail and say why.
+local cjson = require("cjson")
 local H = require("server_helpers")
 
 local function run(cmd)
@@ -30,10 +33,28 @@ describe("server with real clients", function()
 
     it("the official OpenAI and Anthropic npm clients: every call passes, streaming and not", function()
         assert(ensure_npm(), npm_error)
-        local out, rc = run("node tests/server/sdk_test.mjs " .. H.quote("http://127.0.0.1:" .. srv.port))
+        local ids_path = os.tmpname()
+        local out, rc = run("node tests/server/sdk_test.mjs " .. H.quote("http://127.0.0.1:" .. srv.port) .. " " ..
+                            H.quote(ids_path))
         io.write("\n", (out:gsub("rc=%d+%s*$", "")))
         assert.are.equal(0, rc, out)
         assert.matches("all passed", out, 1, true)
+        -- What the client received equals scripts/generate.lua's ids for the same prompt ids, both without --model
+        -- (the bundled default on both sides), stopping at that model's end tokens: greedy, and choice i of the
+        -- seeded n = 2 request against --seed 11 + i - 1.
+        local got = cjson.decode(H.read_all(ids_path))
+        os.remove(ids_path)
+        local dir = require("glm53.server").DEFAULT_MODEL
+        local gen = cjson.decode(H.read_all(dir .. "/generation_config.json"))
+        local stops = table.concat(gen.eos_token_id, ",")
+        local prompt = table.concat(got.prompt, ",")
+        local ref = H.generate("--tokens " .. prompt .. " --max-tokens 24 --stop-ids " .. stops)
+        assert.are.same(ref.ids, got.greedy)
+        for i = 1, 2 do
+            ref = H.generate("--tokens " .. prompt .. " --max-tokens 16 --stop-ids " .. stops ..
+                             " --temperature 0.8 --top-p 0.9 --seed " .. (11 + i - 1))
+            assert.are.same(ref.ids, got.seeded[i], "seeded choice " .. i)
+        end
     end)
 
     it("headless Chromium loads GET /, sends a message and shows the streamed answer (screenshot)", function()

@@ -1,10 +1,12 @@
 -- The server (scripts/serve.lua, glm53.server) black-box, as a child process on an ephemeral loopback port with
--- the bundled model: routes and wire formats through curl; greedy and seeded outputs against scripts/generate.lua
--- (token ids); stop strings split across tokens, streamed and not; logprobs, echo and prompt logprobs; n; tool
--- calls and reasoning (driven by a scripted policy, tests/server/test_app.lua); Anthropic messages; images;
--- speculative decoding; the routed experts and indexer selections of research capture against an in-process run;
--- every bad input with its 4xx JSON error and a normal request after it; the API key; the queue limit;
--- disconnects mid-stream; prefix-cache hits. (/health during a long prefill: server_load_spec.)
+-- models/tiny (the random-weight test model, named explicitly: the default is models/glm53-tiny, checked by the
+-- SIGTERM test below; tests/lua/server_clients_spec.lua runs the npm clients against the default): routes and wire
+-- formats through curl; greedy and seeded outputs against scripts/generate.lua (token ids); stop strings split
+-- across tokens, streamed and not; logprobs, echo and prompt logprobs; n; tool calls and reasoning (driven by a
+-- scripted policy, tests/server/test_app.lua); Anthropic messages; images; speculative decoding; the routed experts
+-- and indexer selections of research capture against an in-process run; every bad input with its 4xx JSON error and
+-- a normal request after it; the API key; the queue limit; disconnects mid-stream; prefix-cache hits. (/health
+-- during a long prefill: server_load_spec.)
 local cjson = require("cjson")
 local uv = require("luv")
 local H = require("server_helpers")
@@ -41,7 +43,7 @@ end
 describe("server", function()
     local srv, stops
     setup(function()
-        srv = H.start({ "--script", "tests/server/test_app.lua", "--max-model-len", "8192" })
+        srv = H.start({ "--model", "models/tiny", "--script", "tests/server/test_app.lua", "--max-model-len", "8192" })
         stops = "768,775,777"   -- the tiny tokenizer's <|endoftext|>, <|user|>, <|observation|>
     end)
     teardown(function() srv.stop() end)
@@ -528,7 +530,7 @@ end)
 
 describe("server limits", function()
     it("--api-key guards /v1/* (Bearer or x-api-key) and leaves /health open", function()
-        local srv = H.start({ "--api-key", "sekrit" })
+        local srv = H.start({ "--model", "models/tiny", "--api-key", "sekrit" })
         local body = { messages = USER, max_tokens = 1 }
         local r = chat(srv, body)
         assert.are.equal(401, r.status)
@@ -545,7 +547,7 @@ describe("server limits", function()
     end)
 
     it("a full queue answers 429 and the server keeps serving", function()
-        local srv = H.start({ "--max-num-seqs", "1", "--max-queue", "1" })
+        local srv = H.start({ "--model", "models/tiny", "--max-num-seqs", "1", "--max-queue", "1" })
         local statuses = H.concurrent(srv.port, 4, "POST", "/v1/chat/completions",
                                       { messages = USER, max_tokens = 200, temperature = 0, ignore_eos = true })
         table.sort(statuses)
@@ -556,7 +558,7 @@ describe("server limits", function()
     end)
 
     it("scripts add a route, a limit and a policy (scripts/examples/serve_app.lua)", function()
-        local srv = H.start({ "--script", "scripts/examples/serve_app.lua" })
+        local srv = H.start({ "--model", "models/tiny", "--script", "scripts/examples/serve_app.lua" })
         local r = H.request(srv, "GET", "/v1/stats")
         assert.are.equal(200, r.status)
         assert.are.equal(0, r.json.running)
@@ -572,8 +574,14 @@ describe("server limits", function()
         srv.stop()
     end)
 
-    it("SIGTERM stops the server gracefully", function()
+    it("serves the bundled models/glm53-tiny as glm53-tiny without --model; SIGTERM stops it gracefully", function()
         local srv = H.start({})
+        local r = H.request(srv, "GET", "/v1/models")
+        assert.are.equal(200, r.status, r.body)
+        assert.are.equal("glm53-tiny", r.json.data[1].id)
+        assert.are.equal(200, H.request(srv, "GET", "/v1/models/glm53-tiny").status)
+        assert.are.equal(404, H.request(srv, "GET", "/v1/models/tiny").status)
+        assert.matches("/models/glm53%-tiny$", require("glm53.server").DEFAULT_MODEL)
         os.execute("kill -TERM " .. srv.pid)
         for _ = 1, 100 do
             if not srv.alive() then break end

@@ -12,7 +12,7 @@ bench.lua - the server's batching, liveness and prefix-cache figures (docs/serve
     luajit tests/server/bench.lua [--model DIR] [--streams 16] [--tokens 128] [--prefill-tokens 4000]
                                   [--system-tokens 1000] [--server-arg ARG ...] [--json]
 
-It starts scripts/serve.lua itself on a free port (--model DIR is passed on, default the bundled models/tiny).
+It starts scripts/serve.lua itself on a free port (--model DIR is passed on, default the bundled models/glm53-tiny).
 Prints a table; --json adds a JSON line. The client runs on the same machine as the server, so it does as little
 as it can per streamed chunk: it keeps the chunks and reads them once the response has ended.
 ]==]
@@ -25,7 +25,7 @@ local args = cli.parse_or_exit(arg, {
     prog = "bench.lua",
     usage = "luajit tests/server/bench.lua [--model DIR] [--streams 16] [--tokens 128] [options]",
     options = {
-        { "model", metavar = "DIR", help = "checkpoint the server loads (default: the bundled models/tiny)" },
+        { "model", metavar = "DIR", help = "checkpoint the server loads (default: the bundled models/glm53-tiny)" },
         { "streams", type = "integer", min = 1, default = 16 },
         { "tokens", type = "integer", min = 1, default = 128, help = "tokens per throughput request" },
         { "reps", type = "integer", min = 1, default = 3 },
@@ -46,7 +46,7 @@ for _, a in ipairs(args.server_arg) do server_args[#server_args + 1] = a end
 
 -- The engine's own batching: how many more rows per second a --streams-row decode step computes than a 1-row one.
 local function engine_batching()
-    local dir = "models/tiny"
+    local dir = require("glm53.server").DEFAULT_MODEL   -- the server's own default when --model is not given
     for i, a in ipairs(server_args) do if a == "--model" then dir = server_args[i + 1] end end
     local model = require("glm53.engine.model")
     local m = assert(model.load(dir, {}))

@@ -1,12 +1,17 @@
 // The official OpenAI and Anthropic npm clients against a running glm53 server, streaming and not.
-//   node tests/server/sdk_test.mjs http://127.0.0.1:PORT
+//   node tests/server/sdk_test.mjs http://127.0.0.1:PORT [IDS.json]
 // Prints one line per check ("ok <name>" or "FAIL <name>: <why>") and exits 1 if any failed. The server must
-// run with --script tests/server/test_app.lua (the "script" policy drives tool calls through the random model).
+// run with --script tests/server/test_app.lua (the "script" policy drives tool calls through whatever the model
+// would write). IDS.json, when given, gets the token ids of a greedy and a seeded n = 2 chat request as the client
+// received them ({"prompt", "greedy", "seeded"}), which tests/lua/server_clients_spec.lua compares with
+// scripts/generate.lua's on the same model.
 import assert from "node:assert/strict";
+import { writeFileSync } from "node:fs";
 import OpenAI from "openai";
 import Anthropic from "@anthropic-ai/sdk";
 
 const base = process.argv[2];
+const idsOut = process.argv[3];
 if (!base) { console.error("usage: node sdk_test.mjs BASE_URL"); process.exit(2); }
 const openai = new OpenAI({ baseURL: base + "/v1", apiKey: "unused", maxRetries: 0 });
 const anthropic = new Anthropic({ baseURL: base, apiKey: "unused", maxRetries: 0 });
@@ -58,6 +63,18 @@ await check("openai chat: seeded sampling is reproducible, n = 2", async () => {
   const a = await openai.chat.completions.create(req), b = await openai.chat.completions.create(req);
   assert.equal(a.choices.length, 2);
   assert.deepEqual(a.choices.map(c => c.message), b.choices.map(c => c.message));
+});
+
+await check("openai chat: token ids of greedy and seeded requests (return_token_ids)", async () => {
+  const g = await openai.chat.completions.create({ model, messages, max_tokens: 24, temperature: 0,
+                                                   return_token_ids: true });
+  const s = await openai.chat.completions.create({ model, messages, max_tokens: 16, temperature: 0.8, top_p: 0.9,
+                                                   seed: 11, n: 2, return_token_ids: true });
+  assert.ok(Array.isArray(g.prompt_token_ids) && g.prompt_token_ids.length > 0);
+  assert.equal(g.choices[0].token_ids.length, g.usage.completion_tokens);
+  assert.equal(s.choices.length, 2);
+  if (idsOut) writeFileSync(idsOut, JSON.stringify({ prompt: g.prompt_token_ids, greedy: g.choices[0].token_ids,
+                                                     seeded: s.choices.map(c => c.token_ids) }));
 });
 
 await check("openai chat: tool calls (non-streaming, and the stream helper's final completion)", async () => {
