@@ -6,7 +6,10 @@
  */
 #include "kernels/cpu/cpu_ops.h"
 
+#include <pthread.h>
 #include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 /* Below this cost a run stays on the caller. The unit is about a flop of a vectorised kernel (some 50 per ns on
  * one core here): 2^18 is 3-5 us of work, about where handing half of it to a spinning worker (a microsecond or
@@ -80,14 +83,89 @@ float *cpu_weight_to_f32(glm53_backend *be, const glm53_tensor *w) {
 /* ------------------------------------------------------------------------------------------------------------
  * Memory ops
  */
+/* Blocks of CPU_MAP_MIN_BYTES or more get an anonymous mapping of their own; smaller ones come from the heap.
+ * Why: most large blocks are sequence caches (a sequence of 8,192 tokens of glm53-tiny holds 21 MB in tensors of
+ * 64 KB to 2 MB), made and freed once per request. From malloc, glibc serves them from its heap once its dynamic
+ * mmap threshold has risen past their size (it does at the first such free), and freed heap memory stays
+ * resident: a server's RSS grew by a fifth to two thirds over two minutes of requests (docs/server.md, load).
+ *
+ * A released mapping is kept for the next block of the same size while the kept ones total at most
+ * CPU_KEEP_BYTES, and unmapped beyond that: a server frees a request's caches and makes the next request's of
+ * the same sizes a moment later, and unmapping each (a TLB shootdown across the step's threads) and faulting
+ * its pages in again cost a quarter of the server's throughput under load on a 2-core VM. So memory is bounded
+ * by the live blocks plus CPU_KEEP_BYTES, and what goes beyond goes back to the kernel.
+ *
+ * Under AddressSanitizer every block comes from the heap, so its bounds checks keep covering the caches.
+ * Every block starts with a header of CPU_BLOCK_HEADER bytes (keeping the data 64-byte aligned) that records how
+ * it was made, so release does not depend on the tensor's shape being the one it was allocated with. */
+#if defined(__SANITIZE_ADDRESS__)
+#define CPU_MAP_MIN_BYTES SIZE_MAX
+#else
+#define CPU_MAP_MIN_BYTES ((size_t)64 << 10)
+#endif
+#define CPU_KEEP_BYTES ((size_t)64 << 20)
+enum { CPU_BLOCK_HEADER = 64 };
+
+struct cpu_block {
+    size_t     mapped;   /* bytes of the block's own mapping; 0 when it came from the heap */
+    cpu_block *next;     /* in cpu_backend.kept while released */
+};
+
+static void *cpu_block_alloc(cpu_backend *impl, size_t nbytes) {
+    /* aligned_alloc wants a multiple of the alignment; a zero-size tensor still gets a valid pointer. */
+    size_t total = CPU_BLOCK_HEADER + (nbytes + 63) / 64 * 64;
+    cpu_block *b = NULL;
+    if (nbytes >= CPU_MAP_MIN_BYTES) {
+        size_t page = (size_t)sysconf(_SC_PAGESIZE);
+        total = (total + page - 1) / page * page;
+        pthread_mutex_lock(&impl->kept_lock);
+        for (cpu_block **at = &impl->kept; *at; at = &(*at)->next)
+            if ((*at)->mapped == total) {
+                b = *at;
+                *at = b->next;
+                impl->kept_bytes -= total;
+                break;
+            }
+        pthread_mutex_unlock(&impl->kept_lock);
+        if (!b) {
+            void *p = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            if (p == MAP_FAILED) return NULL;
+            b = p;
+            b->mapped = total;
+        }
+    } else {
+        b = aligned_alloc(64, total);
+        if (!b) return NULL;
+        b->mapped = 0;
+    }
+    b->next = NULL;
+    return (char *)b + CPU_BLOCK_HEADER;
+}
+
+static void cpu_block_free(cpu_backend *impl, void *data) {
+    if (!data) return;
+    cpu_block *b = (cpu_block *)((char *)data - CPU_BLOCK_HEADER);
+    if (!b->mapped) {
+        free(b);
+        return;
+    }
+    pthread_mutex_lock(&impl->kept_lock);
+    bool keep = impl->kept_bytes + b->mapped <= CPU_KEEP_BYTES;
+    if (keep) {
+        b->next = impl->kept;
+        impl->kept = b;
+        impl->kept_bytes += b->mapped;
+    }
+    pthread_mutex_unlock(&impl->kept_lock);
+    if (!keep) munmap(b, b->mapped);
+}
+
 static glm53_status cpu_alloc(glm53_backend *be, glm53_tensor *t) {
     assert(t->ndim >= 0 && t->ndim <= GLM53_MAX_DIMS);
     glm53_tensor_set_contiguous(t);
     t->device = GLM53_DEVICE_CPU;
     size_t nbytes = glm53_tensor_nbytes(t);
-    /* aligned_alloc wants a multiple of the alignment; a zero-size tensor still gets a valid pointer. */
-    size_t rounded = (nbytes + 63) / 64 * 64;
-    t->data = aligned_alloc(64, rounded ? rounded : 64);
+    t->data = cpu_block_alloc(cpu_impl(be), nbytes);
     if (!t->data)
         return GLM53_FAIL(GLM53_ERR_OUT_OF_MEMORY, "cpu: allocating %zu bytes for %s", nbytes,
                           t->name ? t->name : "a tensor");
@@ -95,7 +173,7 @@ static glm53_status cpu_alloc(glm53_backend *be, glm53_tensor *t) {
 }
 
 static void cpu_release(glm53_backend *be, glm53_tensor *t) {
-    free(t->data);
+    cpu_block_free(cpu_impl(be), t->data);
     t->data = NULL;
 }
 
@@ -156,6 +234,11 @@ static void cpu_destroy(glm53_backend *be) {
     if (impl) {
         glm53_pool_free(impl->pool);
         free(impl->scratch);
+        for (cpu_block *b = impl->kept, *next; b; b = next) {
+            next = b->next;
+            munmap(b, b->mapped);
+        }
+        pthread_mutex_destroy(&impl->kept_lock);
     }
     free(impl);
     free(be);
@@ -223,6 +306,7 @@ glm53_status glm53_backend_cpu_create(int32_t n_threads, glm53_backend **out) {
         free(impl);
         return st;
     }
+    pthread_mutex_init(&impl->kept_lock, NULL);
 #if defined(__x86_64__)
     __builtin_cpu_init();
     impl->use_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");

@@ -13,12 +13,20 @@
 #include "kernels/cpu/threadpool.h"
 
 #include <assert.h>
+#include <pthread.h>
 #include <stdlib.h>
+
+typedef struct cpu_block cpu_block;   /* a block of tensor memory (cpu_backend.c) */
 
 typedef struct cpu_backend {
     glm53_pool *pool;
     void       *scratch;           /* cpu_scratch's buffer, kept between ops (one op runs at a time) */
     size_t      scratch_bytes;
+    /* Released mappings kept for the next tensor of the same size (cpu_backend.c says why); tensors are made and
+     * released on any thread (a sequence freed during a step goes when the worker finishes it). */
+    pthread_mutex_t kept_lock;
+    cpu_block      *kept;
+    size_t          kept_bytes;
     bool        use_avx2;          /* the AVX2 builds run: matmul's with FMA, the others without (set from cpuid;
                                     * tests may clear it) */
     bool        use_avx512;        /* matmul runs its AVX-512 build (same results as its AVX2 one; cpuid, tests) */

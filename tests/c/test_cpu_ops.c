@@ -297,6 +297,32 @@ static void test_memory(void) {
         be->ops->release(be, &i32);
         CHECK(a.data == NULL, "release clears data");
     }
+    TEST_CASE("memory: large blocks are kept for reuse, within a bound") {
+        glm53_backend *be = backends[0];
+        glm53_tensor one = {.dtype = GLM53_F32, .ndim = 2, .shape = {1024, 256}};   /* 1 MiB, like a cache tensor */
+        CHECK(be->ops->alloc(be, &one) == GLM53_OK && ((uintptr_t)one.data & 63) == 0, "alloc 1 MiB");
+        void *first = one.data;
+        be->ops->release(be, &one);
+        CHECK(be->ops->alloc(be, &one) == GLM53_OK, "alloc 1 MiB again");
+#if !defined(__SANITIZE_ADDRESS__)   /* under ASan every block comes from the heap */
+        CHECK(one.data == first, "the released block of that size is reused");
+#else
+        (void)first;
+#endif
+        be->ops->release(be, &one);
+
+        enum { N = 100 };
+        glm53_tensor big[N];
+        for (int i = 0; i < N; i++) {
+            big[i] = (glm53_tensor){.dtype = GLM53_F32, .ndim = 2, .shape = {1024, 256}};
+            CHECK(be->ops->alloc(be, &big[i]) == GLM53_OK, "alloc 1 MiB (%d)", i);
+            ((float *)big[i].data)[1024 * 256 - 1] = (float)i;   /* the whole tensor is there */
+            big[i].shape[0] = 1;   /* release does not go by the shape */
+        }
+        for (int i = 0; i < N; i++) be->ops->release(be, &big[i]);
+        CHECK(cpu_impl(be)->kept_bytes <= ((size_t)64 << 20), "released blocks kept: %zu bytes, at most 64 MiB",
+              cpu_impl(be)->kept_bytes);
+    }
 }
 
 /* ------------------------------------------------------------------------------------------------------------
