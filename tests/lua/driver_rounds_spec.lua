@@ -63,6 +63,27 @@ describe("driver, prefill = 'rounds'", function()
         end
     end)
 
+    it("a round prefills several streams, oldest first, within the chunk budget", function()
+        -- prompts of 3, 40, 300, 1 and 17 tokens feed 2, 39, 299, 0 and 16 prefill rows; chunk 48
+        local d = assert(driver.new(m, { k = 1, max_seqs = #prompts, chunk = 48, prefill = "rounds" }))
+        local streams = {}
+        for i, p in ipairs(prompts) do streams[i] = assert(d:add(p, { max_new = N_NEW, k = i % 2 })) end
+        local function states()
+            local out = {}
+            for i, s in ipairs(streams) do out[i] = s.done and "done" or s.state end
+            return out
+        end
+        assert(d:round())   -- 2 + 39 rows of the first two, 7 of the third; the one-token prompt decodes at once
+        assert.are.same({ "decode", "decode", "prefill", "decode", "prefill" }, states())
+        assert.are.equal(7, streams[3].L)
+        assert(d:round())   -- 48 more of the third (the budget goes to the oldest first)
+        assert.are.equal(55, streams[3].L)
+        assert.are.equal(0, streams[5].L)
+        assert(d:run())
+        for i, s in ipairs(streams) do assert.are.same(refs[i], s.generated, "prompt " .. i) end
+        d:free()
+    end)
+
     it("sampled streams (own options and seeds) draw what the synchronous driver draws", function()
         local specs = {}
         for i, p in ipairs(prompts) do

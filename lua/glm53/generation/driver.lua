@@ -84,8 +84,9 @@ Serving (a luv loop; glm53.server.scheduler):
     hidden_in} for an MTP step, nil otherwise) and returns ok, err: a server submits the step to the model's
     worker and yields its coroutine until the completion (glm53.engine.async), so the loop keeps serving.
   - opts.prefill = "rounds": d:add only queues the stream; the round creates its sequence (between steps), and
-    each round's target step carries one prefill chunk of the oldest prefilling stream next to the decode rows
-    of the others (chunked prefill that never stalls decoding). Streams may then stop a chunk at opts.boundary
+    each round's target step carries prefill chunks next to the decode rows of the others, at most opts.chunk
+    rows in all, oldest prefilling stream first (chunked prefill that never stalls decoding; streams that arrive
+    together with short prompts are all prefilled in one round). Streams may then stop a chunk at opts.boundary
     and call opts.on_boundary(s) there (where d:snapshot(s) keeps a prefix), and ask for logprobs
     (opts.logprobs = N top alternatives per generated token, s.logprobs[i] = {logprob, top = {{id, logprob},
     ...}}) and prompt logprobs (opts.prompt_logprobs = N, s.prompt_logprobs[i] for prompt token i > 1).
@@ -434,16 +435,19 @@ end
 -- newest position waits in s.hid for the token after it. Positions before s.L are in the cache already (a fork of
 -- a prefix, or a prefix taken over).
 
--- Adds the next c prompt rows of s (from position s.L) to batch b, their ids at self.tok[base ..].
+-- Adds the next c prompt rows of s (from position s.L) to batch b, their ids at self.tok[base ..]. Returns the
+-- number of output rows they add (c, or 1 for the last row only).
 function Driver:_add_chunk(b, s, c, base)
     for j = 0, c - 1 do self.tok[base + j] = s.all[s.L + j + 1] end
-    local outputs = (s.k > 0 or s.prompt_logprobs) and "all" or "last"
+    local all = s.k > 0 or s.prompt_logprobs
+    local outputs = all and "all" or "last"
     local media = s.media
     if media then
         b:add_embedded(s.seq, self.tok + base, c, media.embeddings + s.L * self.D, media.use + s.L, outputs)
     else
         b:add(s.seq, self.tok + base, outputs, c)
     end
+    return all and c or 1
 end
 
 -- After the step that ran those c rows (outputs from b's row out0 on): the target length, prompt logprobs, the
@@ -972,14 +976,14 @@ function Driver:_round()
             if not ok then s.finish_reason, s.error, s.done = "error", err, true end
         end
     end
-    local list, pre = {}, nil
+    local list, fill = {}, {}
     for _, s in ipairs(self.streams) do
         if not s.done then
             if s.state == "decode" then list[#list + 1] = s
-            elseif s.state == "prefill" and not pre then pre = s end
+            elseif s.state == "prefill" then fill[#fill + 1] = s end
         end
     end
-    if #list == 0 and not pre then return 0 end
+    if #list == 0 and #fill == 0 then return 0 end
     for _, s in ipairs(list) do s.k_round = s.k > 0 and self:_depth(s) or 0 end
     if self.k > 0 then
         local ok, err = self:_draft(list)
@@ -989,7 +993,7 @@ function Driver:_round()
     end
 
     -- Phase 2: one target step, rows [pending token, drafts...] per stream, every row's outputs; in rounds mode
-    -- a prefill chunk after them.
+    -- prefill chunks after them.
     local vb, tok = self.vb, self.tok
     vb:clear()
     local base = 0
@@ -999,11 +1003,17 @@ function Driver:_round()
         vb:add(s.seq, tok + base, "all", s.n_drafts + 1)
         base = base + s.n_drafts + 1
     end
-    local c, out0 = 0, base
-    if pre then
-        c = math.min(self.chunk, pre.n_fill - pre.L)
-        if pre.boundary and pre.boundary > pre.L then c = math.min(c, pre.boundary - pre.L) end
-        self:_add_chunk(vb, pre, c, base)
+    -- The prefilling streams' next chunks, oldest stream first, self.chunk rows in all: a long prompt takes the
+    -- whole budget, and requests that arrive together with short prompts all start decoding next round instead
+    -- of one per round.
+    local chunks, budget, out = {}, self.chunk, base   -- out: output rows so far (every decode row is one)
+    for _, s in ipairs(fill) do
+        if budget == 0 then break end
+        local c = math.min(budget, s.n_fill - s.L)
+        if s.boundary and s.boundary > s.L then c = math.min(c, s.boundary - s.L) end
+        chunks[#chunks + 1] = { s = s, c = c, out0 = out }
+        out = out + self:_add_chunk(vb, s, c, base)
+        base, budget = base + c, budget - c
     end
     local ok, err = self:_step(vb)
     if not ok then return nil, err end
@@ -1020,9 +1030,11 @@ function Driver:_round()
         end
         off = off + s.n_drafts + 1
     end
-    if pre and not pre.done then
-        ok, err = self:_chunk_done(pre, vb, out0, c)
-        if not ok then return nil, err end
+    for _, ch in ipairs(chunks) do
+        if not ch.s.done then
+            ok, err = self:_chunk_done(ch.s, vb, ch.out0, ch.c)
+            if not ok then return nil, err end
+        end
     end
     return total
 end

@@ -22,9 +22,9 @@ prefix caching through forks of dedicated prefix sequences (glm53.server.prefix_
 
 How it runs. A coroutine loops: admit queued jobs while the running batch has room (max_num_seqs streams; one per
 choice), run one driver round, deliver the new tokens to their jobs. A round is a few steps (MTP drafting, one
-target step with every decode row and at most one prefill chunk); each is submitted to the worker and the
-coroutine yields until its completion fd fires, so the luv loop keeps accepting, streaming and answering /health
-meanwhile. Sequences are created, forked and images encoded only inside the coroutine between steps (never while
+target step with every decode row and prefill chunks of at most `chunk` rows in all); each is submitted to the
+worker and the coroutine yields until its completion fd fires, so the luv loop keeps accepting, streaming and
+answering /health meanwhile. Sequences are created, forked and images encoded only inside the coroutine between steps (never while
 a step runs); freeing one is safe at any time. Requests join and leave the batch between rounds.
 
 Choice i of a job is one stream with its own sampler (seeded with choices[i].seed), policy and speculative depth,
