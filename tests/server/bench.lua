@@ -3,8 +3,9 @@
 bench.lua - the server's batching, liveness and prefix-cache figures (docs/server.md):
 
   1. throughput: generated tokens per second of one streaming request against --streams concurrent ones (greedy,
-     ignore_eos, --tokens each), best of --reps; next to it what the engine alone gains from batching, measured in
-     this process on the same checkpoint: the rows per second of a --streams-row decode step over a 1-row one;
+     ignore_eos, --tokens each), best of --reps; next to it the same ratio of the engine alone on the same work,
+     measured in this process on the same checkpoint before the server starts: the same prompts, tokenised as the
+     server does, --tokens greedy tokens each, in sequences like the server's, with no HTTP, JSON or detokenising;
   2. liveness: the slowest of /health probes (every 20 ms) while a --prefill-tokens-token prompt prefills;
   3. prefix cache: time to first token of a chat request with a --system-tokens-token system prompt, then of a
      second request sharing that system prompt with another user message; and /metrics' prefix-cache hits.
@@ -44,39 +45,58 @@ local server_args = {}
 if args.model then server_args = { "--model", args.model } end
 for _, a in ipairs(args.server_arg) do server_args[#server_args + 1] = a end
 
--- The engine's own batching: how many more rows per second a --streams-row decode step computes than a 1-row one.
-local function engine_batching()
+-- The throughput requests' prompts (request i of n asks about city i).
+local function throughput_prompt(i) return "The weather in city " .. i end
+
+-- The engine alone on the throughput test's work: n sequences like the server's (its capacity, no rollback: plain
+-- decoding), the same prompts tokenised as the server does, one step prefilling them all, then one decode step per
+-- token, each row's next token the argmax over the tokenizer's ids (the server's greedy sampling). Generated tokens
+-- per second, best of --reps. Distinct prompts matter: identical rows route to the same experts and share their
+-- weight loads, which the server's streams do not.
+local function engine_alone()
     local dir = require("glm53.server").DEFAULT_MODEL   -- the server's own default when --model is not given
     for i, a in ipairs(server_args) do if a == "--model" then dir = server_args[i + 1] end end
-    local model = require("glm53.engine.model")
-    local m = assert(model.load(dir, {}))
-    local function step_time(n)
-        local seqs, b = {}, m:batch({ rows = math.max(n, 8), seqs = n })
-        for i = 1, n do
-            seqs[i] = assert(m:seq({ max_tokens = 512 }))
-            b:clear()
-            b:add(seqs[i], { 1, 2, 3, 4, 5, 6, 7, 8 })
-            assert(m:step(b))
-        end
-        local best = math.huge
-        for _ = 1, 5 do
+    local C = require("glm53.ffi.core").C
+    local m = assert(require("glm53.engine.model").load(dir, {}))
+    local tok = assert(require("glm53.engine.tokenizer").load(dir .. "/tokenizer.json"))
+    local n_valid = math.min(tok:n_vocab(), m.vocab_size)
+    local prompts, rows = {}, 0
+    for i = 1, args.streams do
+        prompts[i] = assert(tok:encode(throughput_prompt(i)))
+        rows = rows + #prompts[i]
+    end
+    local function rate(n)
+        local b = m:batch({ rows = math.max(rows, n), seqs = n })
+        local seqs, next_ids, one = {}, {}, {}
+        local best = 0
+        for _ = 1, args.reps do
+            -- the server's default capacity: --max-model-len 8192, 4 drafts, 1 (a step's cost does not depend on it)
+            for i = 1, n do seqs[i] = assert(m:seq({ max_tokens = 8197, max_rollback = 0 })) end
             local t0 = uv.hrtime()
-            for _ = 1, 40 do
-                b:clear()
-                for i = 1, n do b:add(seqs[i], { 5 }) end
+            b:clear()
+            for i = 1, n do b:add(seqs[i], prompts[i]) end
+            for t = 1, args.tokens do
                 assert(m:step(b))
-                for i = 1, n do assert(seqs[i]:truncate(seqs[i]:length() - 1)) end
+                for i = 1, n do next_ids[i] = C.glm53_argmax_f32(b:logits(i - 1), n_valid) end
+                if t == args.tokens then break end
+                b:clear()
+                for i = 1, n do
+                    one[1] = next_ids[i]
+                    b:add(seqs[i], one)
+                end
             end
-            best = math.min(best, (uv.hrtime() - t0) / 40 / 1e9)
+            best = math.max(best, n * args.tokens / ((uv.hrtime() - t0) / 1e9))
+            for i = 1, n do seqs[i]:free() end
         end
-        for i = 1, n do seqs[i]:free() end
         return best
     end
-    local t1, tn = step_time(1), step_time(args.streams)
+    rate(1)   -- warm-up
+    local one, many = rate(1), rate(args.streams)
+    tok:free()
     m:free()
-    return t1, tn, args.streams * t1 / tn
+    return one, many
 end
-local step1, stepn, engine_gain = engine_batching()
+local engine_one, engine_many = engine_alone()
 
 local srv = H.start(server_args)
 uv.update_time()   -- timers count from now, not from when luv was loaded
@@ -112,7 +132,7 @@ local function throughput(n)
         local tokens, left, t0 = 0, n, uv.hrtime()
         loop(function(done)
             for i = 1, n do
-                stream_request("/v1/completions", { prompt = "The weather in city " .. i, max_tokens = args.tokens,
+                stream_request("/v1/completions", { prompt = throughput_prompt(i), max_tokens = args.tokens,
                                                     temperature = 0, ignore_eos = true,
                                                     stream_options = { include_usage = true } },
                                nil, function(usage)
@@ -186,14 +206,15 @@ srv.stop()
 
 local result = {
     one_stream_tok_s = one, streams = args.streams, many_streams_tok_s = many, speedup = many / one,
-    engine_step_1_ms = step1 * 1e3, engine_step_n_ms = stepn * 1e3, engine_batching = engine_gain,
+    engine_one_stream_tok_s = engine_one, engine_many_streams_tok_s = engine_many,
+    engine_speedup = engine_many / engine_one,
     prefill_tokens = args.prefill_tokens, prefill_s = prefill_s, health_probes = probes, health_worst_ms = worst,
     system_tokens = sys_tokens, ttft_first_s = ttft_first, ttft_second_s = ttft_second,
     ttft_ratio = ttft_second / ttft_first, prefix_cache_hit_tokens = hits,
 }
-print(string.format("throughput    1 stream %.0f tok/s, %d streams %.0f tok/s: %.2fx (the engine alone: a 1-row " ..
-                    "decode step %.3f ms, a %d-row one %.3f ms: %.2fx the rows per second)", one, args.streams, many,
-                    result.speedup, step1 * 1e3, args.streams, stepn * 1e3, engine_gain))
+print(string.format("throughput    1 stream %.0f tok/s, %d streams %.0f tok/s: %.2fx (the engine alone on the same " ..
+                    "work: %.0f and %.0f tok/s, %.2fx)", one, args.streams, many, result.speedup, engine_one,
+                    engine_many, result.engine_speedup))
 print(string.format("liveness      %d-token prefill %.2f s: %d /health probes, slowest %.1f ms", args.prefill_tokens,
                     prefill_s, probes, worst))
 print(string.format("prefix cache  %d-token system prompt: TTFT %.3f s, then %.3f s with it cached (%.2f); " ..
