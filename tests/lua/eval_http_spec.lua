@@ -196,6 +196,17 @@ describe("http_client.pool against a real server", function()
         end)
     end)
 
+    it("counts timeouts from the request, not from the loop's last run", function()
+        with_server({}, function(_, res) reply(res, 200, "hi") end, function(c)
+            os.execute("sleep 1.2")   -- work outside the loop: its clock stays 1.2 s behind
+            c.pool = http_client.pool(uv, c.url, { timeouts = { connect = 1, read = 1, request = 1 } })
+            c.pool:request({ path = "/late" }, c.wrap(function(res, err)
+                assert.are.equal("hi", res and res.body, err)
+                c.done()
+            end))
+        end)
+    end)
+
     it("opens a new connection after the server closed one (Connection: close, idle timeout)", function()
         local ctx = with_server({ timeouts = { idle = 0.05 } }, function(req, res)
             if req.path == "/close" then

@@ -276,6 +276,14 @@ local function stop_timer(t)
     if t then t:stop() close_handle(t) end
 end
 
+-- Starts a one-shot timer of secs seconds. The loop's clock advances only while the loop runs; a pool used by a
+-- process that did other work since (a test run, a script between loops) would count from a stale time, and a
+-- timeout due before "now" fires at once (a 10-s connect timeout failed a connection that had not been tried).
+local function start_timer(uv, timer, secs, cb)
+    uv.update_time()
+    timer:start(math.floor(secs * 1000), 0, cb)
+end
+
 -- Ends a job once: its timers stop and cb gets (res, err).
 local function finish(job, res, err)
     if job.finished then return end
@@ -301,7 +309,7 @@ function Pool:_arm_read(conn)
     if secs <= 0 then return end
     if not conn.read_timer then conn.read_timer = self.uv.new_timer() end
     conn.read_timer:stop()
-    conn.read_timer:start(math.floor(secs * 1000), 0, function()
+    start_timer(self.uv, conn.read_timer, secs, function()
         local job = conn.job
         self:_drop(conn)
         if job then finish(job, nil, string.format("timeout: no response byte for %g s", secs)) end
@@ -391,7 +399,7 @@ function Pool:_connect(on_ready)
         self:_drop(conn)
         on_ready(nil, msg)
     end
-    timer:start(math.floor(self.timeouts.connect * 1000), 0, function()
+    start_timer(uv, timer, self.timeouts.connect, function()
         failed(string.format("connect: timeout after %g s to %s:%d", self.timeouts.connect, self.host, self.port))
     end)
     local function connect(ip)
@@ -452,7 +460,7 @@ function Pool:request(req, cb)
     local secs = req.timeout or self.timeouts.request
     if secs and secs > 0 then
         job.total_timer = self.uv.new_timer()
-        job.total_timer:start(math.floor(secs * 1000), 0, function()
+        start_timer(self.uv, job.total_timer, secs, function()
             for _, conn in ipairs(self.conns) do
                 if conn.job == job then self:_drop(conn) break end
             end
