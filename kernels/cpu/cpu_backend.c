@@ -89,11 +89,16 @@ float *cpu_weight_to_f32(glm53_backend *be, const glm53_tensor *w) {
  * mmap threshold has risen past their size (it does at the first such free), and freed heap memory stays
  * resident: a server's RSS grew by a fifth to two thirds over two minutes of requests (docs/server.md, load).
  *
- * A released mapping is kept for the next block of the same size while the kept ones total at most
- * CPU_KEEP_BYTES, and unmapped beyond that: a server frees a request's caches and makes the next request's of
- * the same sizes a moment later, and unmapping each (a TLB shootdown across the step's threads) and faulting
- * its pages in again cost a quarter of the server's throughput under load on a 2-core VM. So memory is bounded
- * by the live blocks plus CPU_KEEP_BYTES, and what goes beyond goes back to the kernel.
+ * A released mapping is kept for the next block of the same size while the kept ones total at most the most
+ * mapped bytes that were ever in use at once (CPU_KEEP_BYTES at least), and unmapped beyond that: a server frees a
+ * request's caches and makes the next request's of the same sizes a moment later, and unmapping each (a TLB
+ * shootdown across the step's threads, which interrupts them) and faulting its pages in again cost a quarter of
+ * the server's throughput under load on a 2-core VM. The bound is the peak in use, not a constant: a burst of
+ * requests that end together (16 streams of 21 MB each) is followed by a burst of the same sizes, and with 64 MiB
+ * 13 of the 16 sequences were unmapped and mapped again per burst, a third of the event loop's CPU per streamed
+ * token in tests/server/bench.lua (docs/server.md, item 4). So mapped memory is bounded by the live blocks plus the
+ * peak of live blocks (at least CPU_KEEP_BYTES): what was in use at once may stay mapped for reuse, no more.
+ * Kept mappings are found by size (a list of the few sizes seen, each a stack), not by walking every block.
  *
  * Under AddressSanitizer every block comes from the heap, so its bounds checks keep covering the caches.
  * Every block starts with a header of CPU_BLOCK_HEADER bytes (keeping the data 64-byte aligned) that records how
@@ -108,7 +113,13 @@ enum { CPU_BLOCK_HEADER = 64 };
 
 struct cpu_block {
     size_t     mapped;   /* bytes of the block's own mapping; 0 when it came from the heap */
-    cpu_block *next;     /* in cpu_backend.kept while released */
+    cpu_block *next;     /* in its cpu_kept_size's stack while released */
+};
+
+struct cpu_kept_size {
+    size_t         mapped;   /* the size of every block in the stack */
+    cpu_block     *blocks;
+    cpu_kept_size *next;
 };
 
 static void *cpu_block_alloc(cpu_backend *impl, size_t nbytes) {
@@ -119,11 +130,13 @@ static void *cpu_block_alloc(cpu_backend *impl, size_t nbytes) {
         size_t page = (size_t)sysconf(_SC_PAGESIZE);
         total = (total + page - 1) / page * page;
         pthread_mutex_lock(&impl->kept_lock);
-        for (cpu_block **at = &impl->kept; *at; at = &(*at)->next)
-            if ((*at)->mapped == total) {
-                b = *at;
-                *at = b->next;
-                impl->kept_bytes -= total;
+        for (cpu_kept_size *k = impl->kept; k; k = k->next)
+            if (k->mapped == total) {
+                if (k->blocks) {
+                    b = k->blocks;
+                    k->blocks = b->next;
+                    impl->kept_bytes -= total;
+                }
                 break;
             }
         pthread_mutex_unlock(&impl->kept_lock);
@@ -133,6 +146,10 @@ static void *cpu_block_alloc(cpu_backend *impl, size_t nbytes) {
             b = p;
             b->mapped = total;
         }
+        pthread_mutex_lock(&impl->kept_lock);
+        impl->live_bytes += total;
+        if (impl->live_bytes > impl->peak_bytes) impl->peak_bytes = impl->live_bytes;
+        pthread_mutex_unlock(&impl->kept_lock);
     } else {
         b = aligned_alloc(64, total);
         if (!b) return NULL;
@@ -150,10 +167,23 @@ static void cpu_block_free(cpu_backend *impl, void *data) {
         return;
     }
     pthread_mutex_lock(&impl->kept_lock);
-    bool keep = impl->kept_bytes + b->mapped <= CPU_KEEP_BYTES;
+    impl->live_bytes -= b->mapped;
+    size_t bound = impl->peak_bytes > CPU_KEEP_BYTES ? impl->peak_bytes : CPU_KEEP_BYTES;
+    bool keep = impl->kept_bytes + b->mapped <= bound;
+    cpu_kept_size *k = impl->kept;
+    while (keep && k && k->mapped != b->mapped) k = k->next;
+    if (keep && !k) {
+        k = malloc(sizeof *k);
+        if (k) {
+            *k = (cpu_kept_size){.mapped = b->mapped, .next = impl->kept};
+            impl->kept = k;
+        } else {
+            keep = false;
+        }
+    }
     if (keep) {
-        b->next = impl->kept;
-        impl->kept = b;
+        b->next = k->blocks;
+        k->blocks = b;
         impl->kept_bytes += b->mapped;
     }
     pthread_mutex_unlock(&impl->kept_lock);
@@ -234,9 +264,13 @@ static void cpu_destroy(glm53_backend *be) {
     if (impl) {
         glm53_pool_free(impl->pool);
         free(impl->scratch);
-        for (cpu_block *b = impl->kept, *next; b; b = next) {
-            next = b->next;
-            munmap(b, b->mapped);
+        for (cpu_kept_size *k = impl->kept, *next_k; k; k = next_k) {
+            next_k = k->next;
+            for (cpu_block *b = k->blocks, *next; b; b = next) {
+                next = b->next;
+                munmap(b, b->mapped);
+            }
+            free(k);
         }
         pthread_mutex_destroy(&impl->kept_lock);
     }

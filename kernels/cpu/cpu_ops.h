@@ -16,7 +16,8 @@
 #include <pthread.h>
 #include <stdlib.h>
 
-typedef struct cpu_block cpu_block;   /* a block of tensor memory (cpu_backend.c) */
+typedef struct cpu_block cpu_block;           /* a block of tensor memory (cpu_backend.c) */
+typedef struct cpu_kept_size cpu_kept_size;   /* the released mappings of one size (cpu_backend.c) */
 
 typedef struct cpu_backend {
     glm53_pool *pool;
@@ -25,8 +26,10 @@ typedef struct cpu_backend {
     /* Released mappings kept for the next tensor of the same size (cpu_backend.c says why); tensors are made and
      * released on any thread (a sequence freed during a step goes when the worker finishes it). */
     pthread_mutex_t kept_lock;
-    cpu_block      *kept;
+    cpu_kept_size  *kept;          /* one entry per size seen, each a stack of released mappings */
     size_t          kept_bytes;
+    size_t          live_bytes;    /* mapped blocks in use, and the most of them in use at once */
+    size_t          peak_bytes;
     bool        use_avx2;          /* the AVX2 builds run: matmul's with FMA, the others without (set from cpuid;
                                     * tests may clear it) */
     bool        use_avx512;        /* matmul runs its AVX-512 build (same results as its AVX2 one; cpuid, tests) */
