@@ -122,6 +122,12 @@ struct cpu_kept_size {
     cpu_kept_size *next;
 };
 
+/* A mapped block of `bytes` goes into use (kept_lock held): the live bytes and their peak. */
+static void cpu_count_live(cpu_backend *impl, size_t bytes) {
+    impl->live_bytes += bytes;
+    if (impl->live_bytes > impl->peak_bytes) impl->peak_bytes = impl->live_bytes;
+}
+
 static void *cpu_block_alloc(cpu_backend *impl, size_t nbytes) {
     /* aligned_alloc wants a multiple of the alignment; a zero-size tensor still gets a valid pointer. */
     size_t total = CPU_BLOCK_HEADER + (nbytes + 63) / 64 * 64;
@@ -139,17 +145,17 @@ static void *cpu_block_alloc(cpu_backend *impl, size_t nbytes) {
                 }
                 break;
             }
+        if (b) cpu_count_live(impl, total);   /* a reused block: one critical section */
         pthread_mutex_unlock(&impl->kept_lock);
         if (!b) {
             void *p = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
             if (p == MAP_FAILED) return NULL;
             b = p;
             b->mapped = total;
+            pthread_mutex_lock(&impl->kept_lock);
+            cpu_count_live(impl, total);
+            pthread_mutex_unlock(&impl->kept_lock);
         }
-        pthread_mutex_lock(&impl->kept_lock);
-        impl->live_bytes += total;
-        if (impl->live_bytes > impl->peak_bytes) impl->peak_bytes = impl->live_bytes;
-        pthread_mutex_unlock(&impl->kept_lock);
     } else {
         b = aligned_alloc(64, total);
         if (!b) return NULL;
