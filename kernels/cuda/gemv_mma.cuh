@@ -1,8 +1,8 @@
 /*
  * gemv_mma.cuh - the small-row-count matmul y[M,N] = x[M,K] * w[N,K]^T on tensor cores, for BF16 activations and
- * M <= 16 (decode, speculative verification, small batches): private to the CUDA backend. kernels/cuda/bench/gemv.cu
- * times it (version 4) against the engine's CUDA-core GEMV and cuBLAS. The engine does not call it yet: its
- * matmul, dense SwiGLU and decode-expert paths on it wait for their check on a GPU (docs/performance.md).
+ * M <= 16 (decode, speculative verification, small batches): private to the CUDA backend, used by matmul and the
+ * dense SwiGLU (linear.cu) and the decode experts (moe.cu), timed against the other versions by
+ * kernels/cuda/bench/gemv.cu.
  *
  * Why tensor cores for a GEMV: the CUDA-core GEMV (gemv.cuh) does M FMAs per weight and reads x once per row of
  * the batch, so at M = 2..16 it is bound by instructions and shared-memory traffic, not by the weight bytes

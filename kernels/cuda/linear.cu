@@ -1,10 +1,17 @@
 /*
  * linear.cu - matmul y[M,N] = x[M,K] * w[N,K]^T on the CUDA backend, and the fused dense SwiGLU.
  *
- * Three paths, chosen by dtypes and M:
- *   1. FP8 weight and M <= GEMV_MAX_M (decode, speculative verification): gemv_kernel reads the FP8 codes
- *      directly (one byte per weight, the least memory traffic), dequantises each with its block scale in F32
- *      and accumulates in F32. One warp per output column (gemv.cuh).
+ * Paths, chosen by dtypes and M:
+ *   0. BF16 activation, FP8 or BF16 weight and M <= 16 (decode, speculative verification, small batches): the
+ *      tensor-core GEMV (gemv_mma.cuh) reads the weights as stored (one byte per FP8 weight, converted exactly to
+ *      BF16) and lets mma.sync do the products with F32 sums, each FP8 64-column group times its block scale. A
+ *      row gives the same bits at any M <= 16 (batch invariant), which exact greedy speculative decoding needs:
+ *      cuBLAS, which BF16 weights took before at every M, gave the trained tiny model's MTP verification rows
+ *      other bits than its decode rows (a greedy continuation changed). kernels/cuda/bench/gemv.cu times it
+ *      against the other versions and cuBLAS.
+ *   1. FP8 weight and M <= GEMV_MAX_M otherwise (F32 activations): gemv_kernel reads the FP8 codes directly,
+ *      dequantises each with its block scale in F32 and accumulates in F32. One warp per output column
+ *      (gemv.cuh).
  *   2. BF16 activation with a BF16 or FP8 weight: cuBLAS BF16 GEMM with F32 accumulation (CUBLAS_COMPUTE_32F),
  *      output BF16 or F32 straight from cuBLAS. An FP8 weight is first dequantised to BF16 into a scratch buffer
  *      (one rounding of code * scale, as HF's "dequantise then BF16 GEMM").
@@ -21,6 +28,7 @@
  * different precision contract (lmdeploy's); it belongs to the performance issue, behind a capability check.
  */
 #include "kernels/cuda/gemv.cuh"
+#include "kernels/cuda/gemv_mma.cuh"
 
 #include <climits>
 
@@ -93,6 +101,29 @@ static glm53_status dequantize_weight(cuda_backend *cb, cuda_scratch *dst, const
     return GLM53_OK;
 }
 
+/* The tensor-core GEMV (gemv_mma.cuh) for M <= 16: two n-tiles per warp up to 4 rows, four above (x fragments
+ * shared by more weight rows; H200 figures in docs/performance.md). R does not change any row's arithmetic. */
+template <int R>
+static glm53_status gemv_mma_launch(cuda_backend *cb, act_out y, const __nv_bfloat16 *x, const weight_ref &w, int M,
+                                    int N, int K) {
+    constexpr int U = 2;
+    const bool fp8 = w.dtype == GLM53_F8_E4M3;
+    const void *kernel = fp8 ? (const void *)gemv_mma_kernel<true, R, U> : (const void *)gemv_mma_kernel<false, R, U>;
+    const int slab = gemv_mma_slab(M, K);
+    size_t smem = gemv_mma_smem(M, R, slab);
+    GLM53_TRY(cuda_smem_optin(cb, kernel, smem, "matmul (mma gemv)"));
+    unsigned blocks = (unsigned)((N + 8 * R - 1) / (8 * R));
+    if (fp8) gemv_mma_kernel<true, R, U><<<blocks, GEMV_MMA_THREADS, smem, cb->stream>>>(y, x, w, M, N, K, slab);
+    else gemv_mma_kernel<false, R, U><<<blocks, GEMV_MMA_THREADS, smem, cb->stream>>>(y, x, w, M, N, K, slab);
+    CUDA_LAUNCHED("matmul (mma gemv)");
+    return GLM53_OK;
+}
+
+static glm53_status gemv_mma(cuda_backend *cb, act_out y, const __nv_bfloat16 *x, const weight_ref &w, int M, int N,
+                             int K) {
+    return M <= 4 ? gemv_mma_launch<2>(cb, y, x, w, M, N, K) : gemv_mma_launch<4>(cb, y, x, w, M, N, K);
+}
+
 static glm53_status gemm(cuda_backend *cb, int64_t M, int64_t N, int64_t K, const void *w, cudaDataType w_type,
                          const void *x, cudaDataType x_type, void *y, cudaDataType y_type) {
     const float one = 1.0f, zero = 0.0f;
@@ -116,6 +147,9 @@ glm53_status cuda_matmul(glm53_backend *be, glm53_tensor *y, const glm53_tensor 
     if (cb->profile)
         snprintf(cb->profile_detail, sizeof cb->profile_detail, " %lldx%lldx%lld %s", (long long)M, (long long)N,
                  (long long)K, glm53_dtype_name((glm53_dtype)w->dtype));
+
+    if (x->dtype == GLM53_BF16 && gemv_mma_fits(wr, M, K, x->data))
+        return gemv_mma(cb, cuda_act_out(y), (const __nv_bfloat16 *)x->data, wr, (int)M, (int)N, (int)K);
 
     if (w->dtype == GLM53_F8_E4M3 && M <= GEMV_MAX_M) {
         int warps = GEMV_THREADS / 32;
@@ -160,8 +194,11 @@ glm53_status cuda_matmul(glm53_backend *be, glm53_tensor *y, const glm53_tensor 
     return GLM53_OK;
 }
 
-/* The fused dense SwiGLU (backend.h swiglu_gate_up): one GEMV kernel for decode-sized M, else the generic chain
- * (two matmuls into workspace scratch, then swiglu). */
+/* The fused dense SwiGLU (backend.h swiglu_gate_up): one CUDA-core GEMV kernel for decode-sized M with F32
+ * activations, else the generic chain (two matmuls into workspace scratch, rounded to y's dtype as the fused
+ * kernel rounds them, then swiglu): past the GEMV rows, and for BF16 activations, where the matmuls take the
+ * tensor-core GEMV (at M = 1 two of its launches beat the fused CUDA-core kernel, 2 x 22 us against 60 us for
+ * 12288 x 4096 FP8 on the H200, and they stay batch invariant). */
 glm53_status cuda_swiglu_gate_up(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x, const glm53_tensor *w_gate,
                                  const glm53_tensor *w_up, float limit) {
     cuda_backend *cb = cuda_impl(be);
@@ -169,7 +206,11 @@ glm53_status cuda_swiglu_gate_up(glm53_backend *be, glm53_tensor *y, const glm53
     int64_t M = glm53_tensor_rows(x), K = cuda_cols(x), F = w_gate->shape[0];
     assert(w_gate->shape[1] == K && w_up->shape[0] == F && w_up->shape[1] == K);
     assert(glm53_tensor_rows(y) == M && cuda_cols(y) == F && M <= INT_MAX);
-    if (M > GEMV_MAX_M) {
+    weight_ref gr, ur;
+    GLM53_TRY(cuda_weight_ref(w_gate, &gr, "swiglu_gate_up"));
+    GLM53_TRY(cuda_weight_ref(w_up, &ur, "swiglu_gate_up"));
+    bool mma = x->dtype == GLM53_BF16 && gemv_mma_fits(gr, M, K, x->data) && gemv_mma_fits(ur, M, K, x->data);
+    if (M > GEMV_MAX_M || mma) {
         size_t bytes = (size_t)(M * F) * glm53_dtype_size((glm53_dtype)y->dtype);
         cuda_scratch gate_buf, up_buf;
         GLM53_TRY(gate_buf.get(cb, bytes, "swiglu_gate_up gate"));
@@ -179,9 +220,6 @@ glm53_status cuda_swiglu_gate_up(glm53_backend *be, glm53_tensor *y, const glm53
         GLM53_TRY(cuda_matmul(be, &up, x, w_up));
         return cuda_swiglu(be, y, &gate, &up, limit);
     }
-    weight_ref gr, ur;
-    GLM53_TRY(cuda_weight_ref(w_gate, &gr, "swiglu_gate_up"));
-    GLM53_TRY(cuda_weight_ref(w_up, &ur, "swiglu_gate_up"));
     GLM53_TRY(cuda_enter(cb));
     if (M == 0 || F == 0) return GLM53_OK;
     int warps = GEMV_THREADS / 32;

@@ -10,10 +10,13 @@
  *
  * Decode-sized batches (at most DEVICE_PATH_MAX_ROWS rows) stay on the device end to end, so a decode step
  * never waits for the host and can be captured into a CUDA graph: a table of every expert's weights is built
- * once at load (prepare_experts), and three kernels run per call: per (slot, f) a warp computes the gate and up
- * dot products of its row against expert ids[slot] (gemv.cuh, the same lane order as matmul's GEMV), rounds
- * both to x's dtype and stores the SwiGLU; per (slot, d) a warp computes the down projection into F32; per row
- * the weighted sum over the slots in order. Expert weights are read once per slot that uses them.
+ * once at load (prepare_experts), and three kernels run per call: per slot (row, expert ids[slot]) the gate and
+ * up products of the row, rounded to x's dtype, into the SwiGLU; per slot the down projection into F32; per row
+ * the weighted sum over the slots in order. Expert weights are read once per slot that uses them. With BF16
+ * activations and experts the tensor-core GEMV takes (gemv_mma.cuh; FP8 or BF16, same dtype for all), a block
+ * computes 8 rows of gate and the same 8 of up (two n-tiles, the SwiGLU in its epilogue), or 16 rows of down,
+ * for one slot; otherwise (F32 activations) a warp per output row and slot runs the CUDA-core dot product
+ * (gemv.cuh). Either way a slot's arithmetic does not depend on the other slots: batch invariant.
  *
  * Larger batches (prefill) group the (row, slot) pairs by expert and run each used expert as three ordinary
  * matmuls over its rows, so every weight dtype and every matmul path (FP8 GEMV for few rows, dequantise +
@@ -28,6 +31,7 @@
  * this path one synchronisation per call; grouped GEMMs for prefill are the performance issue's.
  */
 #include "kernels/cuda/gemv.cuh"
+#include "kernels/cuda/gemv_mma.cuh"
 
 #include <algorithm>
 #include <new>
@@ -159,6 +163,7 @@ struct held_range {
 struct cuda_expert_table {
     cuda_expert *experts;   /* device [n_experts] */
     int64_t      max_width;
+    int32_t      mma_dtype; /* every expert's weights suit the tensor-core GEMV in this dtype (FP8 / BF16); -1: no */
 };
 
 /* h[slot, f] = swiglu(round(x[slot / K] . gate_e[f]), round(x[slot / K] . up_e[f])), e = ids[slot]; h [N*K, F]
@@ -183,6 +188,32 @@ expert_gate_up_kernel(act_out h, act_in x, const int32_t *ids, const cuda_expert
     if (lane == 0) h.store(slot * F + f, cuda_swiglu_value(gs, us, limit));
 }
 
+/* The same on tensor cores (BF16 x): grid (ceil(F / 8), N*K), gemv_mma_smem(1, 2, slab) bytes, slab =
+ * gemv_mma_slab(1, D). Tile 0 is gate rows f0 .. f0+8 of expert ids[slot], tile 1 the same rows of up. */
+template <bool FP8>
+__global__ void __launch_bounds__(GEMV_MMA_THREADS)
+expert_gate_up_mma_kernel(act_out h, const __nv_bfloat16 *x, const int32_t *ids, const cuda_expert *experts,
+                          int32_t n_experts, held_range held, int64_t K, int D, int64_t F, float limit, int slab,
+                          cuda_fault *fault) {
+    extern __shared__ __align__(16) uint8_t expert_smem[];
+    const int64_t slot = blockIdx.y, f0 = (int64_t)blockIdx.x * 8;
+    const int32_t e = ids[slot];   /* the same for the whole block: the returns below leave together */
+    if (e < 0 || !held.holds(e)) return;
+    if (e >= n_experts || !experts[e].gate.data) {
+        if (blockIdx.x == 0 && threadIdx.x == 0) cuda_record_fault(fault, CUDA_FAULT_MOE_EXPERTS, slot, e, n_experts);
+        return;
+    }
+    const cuda_expert &ex = experts[e];
+    if (f0 >= ex.width) return;
+    const weight_ref tile_w[2] = {ex.gate, ex.up};
+    const int64_t tile_row[2] = {f0, f0}, tile_end[2] = {ex.width, ex.width};
+    const float *sums = gemv_mma_block<FP8, 2, 2>(expert_smem, tile_w, tile_row, tile_end, x + (slot / K) * D, 1, D, slab);
+    if (threadIdx.x < 8 && f0 + threadIdx.x < ex.width) {   /* row m = 0 of tile 0 (gate) and tile 1 (up) */
+        float g = round_as_act(sums[threadIdx.x], h.bf16), u = round_as_act(sums[16 * 8 + threadIdx.x], h.bf16);
+        h.store(slot * F + f0 + threadIdx.x, cuda_swiglu_value(g, u, limit));
+    }
+}
+
 /* out[slot, d] = h[slot, :Fe] . down_e[d] (F32); grid (ceil(D / warps), N*K). */
 __global__ void __launch_bounds__(EXPERT_THREADS)
 expert_down_kernel(float *out, act_in h, const int32_t *ids, const cuda_expert *experts, int32_t n_experts,
@@ -196,6 +227,27 @@ expert_down_kernel(float *out, act_in h, const int32_t *ids, const cuda_expert *
     gemv_lane_partials<1>(acc, ex.down, d, h, slot * F, 1, ex.width, gemv_vec16(ex.down, ex.width), lane);
     float s = cuda_warp_sum(acc[0]);
     if (lane == 0) out[slot * D + d] = s;
+}
+
+/* The same on tensor cores: grid (ceil(D / 16), N*K), gemv_mma_smem(1, 2, slab) bytes, slab = gemv_mma_slab(1, F);
+ * tiles 0 and 1 are down rows d0 .. d0+8 and d0+8 .. d0+16. */
+template <bool FP8>
+__global__ void __launch_bounds__(GEMV_MMA_THREADS)
+expert_down_mma_kernel(float *out, const __nv_bfloat16 *h, const int32_t *ids, const cuda_expert *experts,
+                       int32_t n_experts, held_range held, int64_t D, int64_t F, int slab) {
+    extern __shared__ __align__(16) uint8_t expert_smem[];
+    const int64_t slot = blockIdx.y, d0 = (int64_t)blockIdx.x * 16;
+    const int32_t e = ids[slot];
+    if (e < 0 || !held.holds(e) || e >= n_experts || !experts[e].gate.data) return;   /* faults: gate_up */
+    const cuda_expert &ex = experts[e];
+    const weight_ref tile_w[2] = {ex.down, ex.down};
+    const int64_t tile_row[2] = {d0, d0 + 8}, tile_end[2] = {D, D};
+    const float *sums = gemv_mma_block<FP8, 2, 2>(expert_smem, tile_w, tile_row, tile_end, h + slot * F, 1,
+                                                  (int)ex.width, slab);
+    if (threadIdx.x < 16) {   /* row m = 0 of both tiles */
+        const int r = threadIdx.x / 8, c = threadIdx.x % 8;
+        if (d0 + 8 * r + c < D) out[slot * D + d0 + 8 * r + c] = sums[r * 16 * 8 + c];
+    }
 }
 
 /* y[n][d] = sum_k weights[n][k] * out[n*K + k][d] over the used slots this rank holds, in slot order. */
@@ -212,6 +264,35 @@ __global__ void slot_combine_kernel(act_out y, const float *out, const int32_t *
     }
 }
 
+/* The gate/up and down launches of the tensor-core expert path; h [N*K, F] BF16, out [N*K, D] F32. */
+template <bool FP8>
+static glm53_status experts_mma_launch(cuda_backend *cb, void *h, void *out, const glm53_tensor *x, const int32_t *ids,
+                                       const cuda_expert_table *table, int32_t n_experts, held_range held, int64_t N,
+                                       int64_t K, int64_t D, int64_t F, float limit) {
+    const int slab_f = gemv_mma_slab(1, (int)D), slab_d = gemv_mma_slab(1, (int)F);
+    const size_t smem_f = gemv_mma_smem(1, 2, slab_f), smem_d = gemv_mma_smem(1, 2, slab_d);
+    GLM53_TRY(cuda_smem_optin(cb, (const void *)expert_gate_up_mma_kernel<FP8>, smem_f, "moe_experts (gate, up)"));
+    GLM53_TRY(cuda_smem_optin(cb, (const void *)expert_down_mma_kernel<FP8>, smem_d, "moe_experts (down)"));
+    dim3 grid_f((unsigned)((F + 7) / 8), (unsigned)(N * K));
+    expert_gate_up_mma_kernel<FP8><<<grid_f, GEMV_MMA_THREADS, smem_f, cb->stream>>>(
+        act_out{h, true}, (const __nv_bfloat16 *)x->data, ids, table->experts, n_experts, held, K, (int)D, F, limit,
+        slab_f, cb->fault);
+    CUDA_LAUNCHED("moe_experts (gate, up; mma)");
+    dim3 grid_d((unsigned)((D + 15) / 16), (unsigned)(N * K));
+    expert_down_mma_kernel<FP8><<<grid_d, GEMV_MMA_THREADS, smem_d, cb->stream>>>(
+        (float *)out, (const __nv_bfloat16 *)h, ids, table->experts, n_experts, held, D, F, slab_d);
+    CUDA_LAUNCHED("moe_experts (down; mma)");
+    return GLM53_OK;
+}
+
+static glm53_status experts_on_tensor_cores(cuda_backend *cb, void *h, void *out, const glm53_tensor *x,
+                                            const int32_t *ids, const cuda_expert_table *table, int32_t n_experts,
+                                            held_range held, int64_t N, int64_t K, int64_t D, int64_t F, float limit) {
+    if (table->mma_dtype == GLM53_F8_E4M3)
+        return experts_mma_launch<true>(cb, h, out, x, ids, table, n_experts, held, N, K, D, F, limit);
+    return experts_mma_launch<false>(cb, h, out, x, ids, table, n_experts, held, N, K, D, F, limit);
+}
+
 static glm53_status moe_experts_on_device(cuda_backend *cb, glm53_tensor *y, const glm53_tensor *x,
                                           const glm53_tensor *ids, const glm53_tensor *weights,
                                           const cuda_expert_table *table, const glm53_expert_set *set, float limit) {
@@ -222,17 +303,21 @@ static glm53_status moe_experts_on_device(cuda_backend *cb, glm53_tensor *y, con
     cuda_scratch h_buf, out_buf;
     GLM53_TRY(h_buf.get(cb, (size_t)(N * K * F) * act, "moe_experts swiglu rows"));
     GLM53_TRY(out_buf.get(cb, (size_t)(N * K * D) * sizeof(float), "moe_experts expert outputs"));
-    const int warps = EXPERT_THREADS / 32;
-    dim3 grid_f((unsigned)((F + warps - 1) / warps), (unsigned)(N * K));
-    expert_gate_up_kernel<<<grid_f, EXPERT_THREADS, 0, cb->stream>>>(
-        act_out{h_buf.ptr, x->dtype == GLM53_BF16}, cuda_act_in(x), (const int32_t *)ids->data, table->experts,
-        n_experts, held, K, D, F, limit, cb->fault);
-    CUDA_LAUNCHED("moe_experts (gate, up)");
-    dim3 grid_d((unsigned)((D + warps - 1) / warps), (unsigned)(N * K));
-    expert_down_kernel<<<grid_d, EXPERT_THREADS, 0, cb->stream>>>(
-        (float *)out_buf.ptr, act_in{h_buf.ptr, x->dtype == GLM53_BF16}, (const int32_t *)ids->data, table->experts,
-        n_experts, held, D, F);
-    CUDA_LAUNCHED("moe_experts (down)");
+    const int32_t *id = (const int32_t *)ids->data;
+    if (x->dtype == GLM53_BF16 && table->mma_dtype >= 0 && (uintptr_t)x->data % 16 == 0) {
+        GLM53_TRY(experts_on_tensor_cores(cb, h_buf.ptr, out_buf.ptr, x, id, table, n_experts, held, N, K, D, F, limit));
+    } else {
+        const int warps = EXPERT_THREADS / 32;
+        dim3 grid_f((unsigned)((F + warps - 1) / warps), (unsigned)(N * K));
+        expert_gate_up_kernel<<<grid_f, EXPERT_THREADS, 0, cb->stream>>>(
+            act_out{h_buf.ptr, x->dtype == GLM53_BF16}, cuda_act_in(x), id, table->experts, n_experts, held, K, D, F,
+            limit, cb->fault);
+        CUDA_LAUNCHED("moe_experts (gate, up)");
+        dim3 grid_d((unsigned)((D + warps - 1) / warps), (unsigned)(N * K));
+        expert_down_kernel<<<grid_d, EXPERT_THREADS, 0, cb->stream>>>(
+            (float *)out_buf.ptr, act_in{h_buf.ptr, x->dtype == GLM53_BF16}, id, table->experts, n_experts, held, D, F);
+        CUDA_LAUNCHED("moe_experts (down)");
+    }
     slot_combine_kernel<<<cuda_blocks_for(N * D, 256), 256, 0, cb->stream>>>(
         cuda_act_out(y), (const float *)out_buf.ptr, (const int32_t *)ids->data, (const float *)weights->data, held,
         N, K, D);
@@ -250,6 +335,7 @@ glm53_status cuda_prepare_experts(glm53_backend *be, glm53_expert_set *set) {
         return GLM53_FAIL(GLM53_ERR_OUT_OF_MEMORY, "cuda prepare_experts: no host memory for %d experts", set->n_experts);
     }
     int64_t max_width = 0;
+    int32_t mma_dtype = -2;   /* -2: no expert seen yet */
     for (int32_t e = 0; e < set->n_experts; e++) {
         cuda_expert &ex = host[(size_t)e];
         ex = cuda_expert{};
@@ -259,10 +345,19 @@ glm53_status cuda_prepare_experts(glm53_backend *be, glm53_expert_set *set) {
         GLM53_TRY(cuda_weight_ref(set->down[e], &ex.down, "prepare_experts"));
         ex.width = set->gate[e]->shape[0];
         if (ex.width > max_width) max_width = ex.width;
+        /* the tensor-core path: every expert's three weights fit it, all in one dtype */
+        const int64_t D = set->gate[e]->shape[1];
+        bool fits = gemv_mma_weight_fits(ex.gate, D) && gemv_mma_weight_fits(ex.up, D) &&
+                    gemv_mma_weight_fits(ex.down, ex.width) && ex.up.dtype == ex.gate.dtype &&
+                    ex.down.dtype == ex.gate.dtype;
+        if (!fits) mma_dtype = -1;
+        else if (mma_dtype == -2) mma_dtype = ex.gate.dtype;
+        else if (mma_dtype != ex.gate.dtype) mma_dtype = -1;
     }
     cuda_expert_table *table = new (std::nothrow) cuda_expert_table();
     if (!table) return GLM53_FAIL(GLM53_ERR_OUT_OF_MEMORY, "cuda prepare_experts: no host memory");
     table->max_width = max_width;
+    table->mma_dtype = mma_dtype >= 0 ? mma_dtype : -1;
     size_t bytes = host.size() * sizeof(cuda_expert);
     glm53_status st = cuda_device_alloc(cb, bytes ? bytes : 1, (void **)&table->experts, "expert table");
     if (st == GLM53_OK && bytes) {

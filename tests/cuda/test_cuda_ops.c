@@ -558,7 +558,8 @@ done:
 }
 
 /* --- matmul ----------------------------------------------------------------------------------------------- */
-static void check_matmul(int64_t M, int64_t N, int64_t K, int x_dt, int w_dt, int y_dt, int br, int bc) {
+static void check_matmul_thr(int64_t M, int64_t N, int64_t K, int x_dt, int w_dt, int y_dt, int br, int bc,
+                             double thr) {
     char dts[48];
     snprintf(dts, sizeof dts, "x:%s w:%s y:%s", dt_name(x_dt), dt_name(w_dt), dt_name(y_dt));
     if (w_dt == FP8) snprintf(dts + strlen(dts), sizeof dts - strlen(dts), " %dx%d", br, bc);
@@ -570,7 +571,43 @@ static void check_matmul(int64_t M, int64_t N, int64_t K, int x_dt, int w_dt, in
     TRY(out_pair(&y, y_dt, SHAPE(M, N)));
     TRY(cpu->ops->matmul(cpu, y.c, x.c, w.c));
     TRY(gpu->ops->matmul(gpu, y.g, x.g, w.g));
-    compare(NULL, y.c, y.g, THR(x_dt, w_dt, y_dt));
+    compare(NULL, y.c, y.g, thr);
+done:
+    check_end();
+}
+
+static void check_matmul(int64_t M, int64_t N, int64_t K, int x_dt, int w_dt, int y_dt, int br, int bc) {
+    check_matmul_thr(M, N, K, x_dt, w_dt, y_dt, br, bc, THR(x_dt, w_dt, y_dt));
+}
+
+/* Batch invariance of the small-M matmul paths: the first m rows of a 16-row product have the same bits as the
+ * product of those m rows alone (exact greedy speculative decoding compares verification rows with plain decode
+ * rows). The comparison is exact; err is the number of differing values. */
+static void check_matmul_rows_invariant(int64_t N, int64_t K, int x_dt, int w_dt, int br, int bc) {
+    char dts[48];
+    snprintf(dts, sizeof dts, "x:%s w:%s y:%s", dt_name(x_dt), dt_name(w_dt), dt_name(F32));
+    check_begin("matmul rows invariant", dts, "M 1,2,5,9 of 16 x %lldx%lld", (long long)N, (long long)K);
+    const int64_t M = 16, subs[] = {1, 2, 5, 9};
+    tpair x = {0}, w = {0}, y = {0};
+    float *xv = randn(M * K, 1.0f, x_dt == BF16), *all = hmem((size_t)(M * N) * sizeof(float));
+    TRY(act_pair(&x, x_dt, xv, SHAPE(M, K)));
+    TRY(weight_pair(&w, w_dt, 2, N, K, 0.05f, 0.0f, br, bc));
+    TRY(out_pair(&y, F32, SHAPE(M, N)));
+    TRY(gpu->ops->matmul(gpu, y.g, x.g, w.g));
+    TRY(fetch_f32(gpu, y.g, all));
+    int64_t differing = 0;
+    for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++) {
+        tpair xs = {0}, ys = {0};
+        float *part = hmem((size_t)(subs[i] * N) * sizeof(float));
+        TRY(act_pair(&xs, x_dt, xv, SHAPE(subs[i], K)));
+        TRY(out_pair(&ys, F32, SHAPE(subs[i], N)));
+        TRY(gpu->ops->matmul(gpu, ys.g, xs.g, w.g));
+        TRY(fetch_f32(gpu, ys.g, part));
+        for (int64_t j = 0; j < subs[i] * N; j++) differing += memcmp(&part[j], &all[j], sizeof(float)) != 0;
+    }
+    char note[120] = "";
+    if (differing) snprintf(note, sizeof note, "%lld values differ from the 16-row product", (long long)differing);
+    record(NULL, (double)differing, 0.0, differing == 0, note);
 done:
     check_end();
 }
@@ -1149,6 +1186,20 @@ static void group_matmul(void) {
     check_matmul(17, 300, 200, BF16, FP8, BF16, 128, 128);
     check_matmul(3, 300, 208, BF16, FP8, BF16, 16, 32);
     check_matmul(2, 100, 256, BF16, FP8, BF16, 8, 24);
+    /* the tensor-core GEMV (BF16 x, FP8 or BF16 w, M <= 16) with F32 outputs: x holds BF16 values on both
+     * backends, so nothing is rounded to BF16 and its F32 sums are held to the F32 limit */
+    check_matmul_thr(7, 1000, 4096, BF16, BF16, F32, 0, 0, 1e-5);
+    check_matmul_thr(16, 96, 64, BF16, BF16, F32, 0, 0, 1e-5);
+    check_matmul_thr(1, 4096, 4096, BF16, FP8, F32, 128, 128, 1e-5);
+    check_matmul_thr(5, 1536, 4096, BF16, FP8, F32, 128, 128, 1e-5);
+    check_matmul_thr(9, 512, 6144, BF16, FP8, F32, 128, 128, 1e-5);   /* x in two slabs (4096 + 2048 columns) */
+    check_matmul_thr(16, 256, 16384, BF16, FP8, F32, 128, 128, 1e-5); /* four slabs */
+    check_matmul_thr(16, 200, 320, BF16, FP8, F32, 8, 64, 1e-5);      /* N not a multiple of the tile rows */
+    check_matmul_rows_invariant(1536, 4096, BF16, FP8, 128, 128);
+    check_matmul_rows_invariant(256, 16384, BF16, FP8, 128, 128);   /* x whole at M <= 8, in slabs above */
+    check_matmul_rows_invariant(1000, 4096, BF16, BF16, 0, 0);
+    check_matmul_rows_invariant(96, 64, BF16, BF16, 0, 0);          /* tiny-model sizes */
+    check_matmul_rows_invariant(300, 200, F32, FP8, 128, 128);
     /* F32 paths */
     check_matmul(1, 4096, 4096, F32, F32, F32, 0, 0);
     check_matmul(17, 300, 200, F32, F32, F32, 0, 0);
