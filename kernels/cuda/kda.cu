@@ -11,6 +11,16 @@
  * in the CPU backend's order. Consecutive threads hold consecutive columns, so shared-memory accesses are
  * conflict-free and snapshot writes are coalesced.
  *
+ * Decode and speculative verification (T <= KDA_FEW_ROWS, dk a multiple of 4 up to 128) take
+ * kda_recurrent_few_kernel instead: the one-block-per-head kernel keeps 64 blocks of 4 warps busy for 63 us a call
+ * at 64 x 128 x 128 on the H100 (each thread walks its 128-float column serially: few loads in flight), against
+ * 50 MB of state traffic per step that the bytes alone would move in 3 us. There a block holds 32 columns of one
+ * head, four lanes per column each holding a quarter of the column (dk / 4 floats) in registers, so the state
+ * is read with dk / 4 independent loads per thread and H * dv / 32 blocks share the work; the column's sums are
+ * the four quarters' sums added by two shuffles. Its arithmetic per token is the same whatever T, so a row gives
+ * the same bits in a verification chunk as in a one-row decode step (exact greedy speculative decoding); longer
+ * prefills keep the sequential-sum kernel (the two kernels' roundings differ, within F32 of each other).
+ *
  * This is the plain sequential form; the chunked (WY) form for long prefills is the performance issue's.
  */
 #include "kernels/cuda/cuda_common.cuh"
@@ -96,6 +106,73 @@ __global__ void kda_recurrent_kernel(act_out o, act_in q, act_in k, act_in v, co
     }
 }
 
+enum { KDA_FEW_ROWS = 16, KDA_FEW_COLS = 32, KDA_FEW_SPLIT = 4, KDA_FEW_MAX_QUARTER = 32 };
+
+/* The few-rows form (see the top of the file). grid (H, ceil(dv / 32)), 128 threads: thread t holds column
+ * blockIdx.y * 32 + t / 4 (columns past dv compute on zeros and store nothing) and rows quarter * dk/4 ..
+ * (quarter + 1) * dk/4 of it, quarter = t % 4. Same tensors as kda_recurrent_kernel; shared memory: k, q, decay
+ * [dk] each. */
+__global__ void __launch_bounds__(KDA_FEW_COLS * KDA_FEW_SPLIT)
+kda_recurrent_few_kernel(act_out o, act_in q, act_in k, act_in v, const float *g, const float *beta, float *states,
+                         const int32_t *slots, int64_t T, int64_t H, int64_t dk, int64_t dv) {
+    extern __shared__ float few_smem[];
+    __shared__ float beta_t;
+    float *k_t = few_smem, *q_t = k_t + dk, *decay = q_t + dk;
+    const int64_t h = blockIdx.x, col = (int64_t)blockIdx.y * KDA_FEW_COLS + threadIdx.x / KDA_FEW_SPLIT;
+    const int quarter = threadIdx.x % KDA_FEW_SPLIT, rows = (int)(dk / KDA_FEW_SPLIT), i0 = quarter * rows;
+    const bool owns = col < dv;
+    const int64_t slot_size = H * dk * dv, head = h * dk * dv;
+
+    float s[KDA_FEW_MAX_QUARTER];   /* S[i0 + r, col] */
+    const float *state_in = states + (int64_t)slots[0] * slot_size + head;
+#pragma unroll
+    for (int r = 0; r < KDA_FEW_MAX_QUARTER; r++) s[r] = owns && r < rows ? state_in[(i0 + r) * dv + col] : 0.0f;
+
+    for (int64_t t = 0; t < T; t++) {
+        __syncthreads();   /* the previous token's reads of k_t, q_t, decay, beta_t are done */
+        const int64_t row = (t * H + h) * dk;
+        for (int64_t i = threadIdx.x; i < dk; i += blockDim.x) {
+            k_t[i] = k[row + i];
+            q_t[i] = q[row + i];
+            decay[i] = expf(g[row + i]);
+        }
+        if (threadIdx.x == 0) beta_t = beta[t * H + h];
+        __syncthreads();
+
+        /* S <- S * exp(g) by rows; u = beta (v - S^T k): the quarter's sum, then the four added by shuffles
+         * (lanes 4c .. 4c+3 hold column c; both orders of an addition give the same bits, so all four agree) */
+        float mem = 0.0f;
+#pragma unroll
+        for (int r = 0; r < KDA_FEW_MAX_QUARTER; r++)
+            if (r < rows) {
+                s[r] *= decay[i0 + r];
+                mem += s[r] * k_t[i0 + r];
+            }
+        mem += __shfl_xor_sync(0xffffffffu, mem, 1);
+        mem += __shfl_xor_sync(0xffffffffu, mem, 2);
+        const float u = beta_t * ((owns ? v[(t * H + h) * dv + col] : 0.0f) - mem);
+        /* S <- S + k u^T; o = S^T q */
+        float out = 0.0f;
+#pragma unroll
+        for (int r = 0; r < KDA_FEW_MAX_QUARTER; r++)
+            if (r < rows) {
+                s[r] += k_t[i0 + r] * u;
+                out += s[r] * q_t[i0 + r];
+            }
+        out += __shfl_xor_sync(0xffffffffu, out, 1);
+        out += __shfl_xor_sync(0xffffffffu, out, 2);
+        if (owns && quarter == 0) o.store((t * H + h) * dv + col, out);
+        /* each thread writes only its own part of its column, which it alone reads */
+        const int32_t slot = slots[1 + t];
+        if (owns && slot >= 0) {
+            float *snap = states + (int64_t)slot * slot_size + head;
+#pragma unroll
+            for (int r = 0; r < KDA_FEW_MAX_QUARTER; r++)
+                if (r < rows) snap[(i0 + r) * dv + col] = s[r];
+        }
+    }
+}
+
 /* ------------------------------------------------------------------------------------------------------------
  * Host side
  */
@@ -153,6 +230,14 @@ glm53_status cuda_kda_recurrent(glm53_backend *be, glm53_tensor *o, const glm53_
     GLM53_TRY(cuda_enter(cb));
     if (H == 0) return GLM53_OK;
 
+    if (T <= KDA_FEW_ROWS && dk % KDA_FEW_SPLIT == 0 && dk / KDA_FEW_SPLIT <= KDA_FEW_MAX_QUARTER) {
+        dim3 grid((unsigned)H, (unsigned)((dv + KDA_FEW_COLS - 1) / KDA_FEW_COLS));
+        kda_recurrent_few_kernel<<<grid, KDA_FEW_COLS * KDA_FEW_SPLIT, (size_t)(3 * dk) * sizeof(float), cb->stream>>>(
+            cuda_act_out(o), cuda_act_in(q), cuda_act_in(k), cuda_act_in(v), (const float *)g->data,
+            (const float *)beta->data, (float *)states->data, (const int32_t *)slots->data, T, H, dk, dv);
+        CUDA_LAUNCHED("kda_recurrent (few rows)");
+        return GLM53_OK;
+    }
     size_t smem = (size_t)(dk * dv + 3 * dk) * sizeof(float);
     GLM53_TRY(cuda_smem_optin(cb, (const void *)kda_recurrent_kernel, smem, "kda_recurrent"));
     unsigned threads = (unsigned)((dv + 31) / 32 * 32);

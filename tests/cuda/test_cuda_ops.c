@@ -924,6 +924,55 @@ done:
  * after every snap_every-th row (and the last) in slots 1, 2, ...; snap_last_is_state: the last row's state goes
  * back to slot 0, the slot it was read from (a ring of one; allowed by the contract). Without snapshots the last
  * row writes slot 0 too. */
+/* The recurrence over T rows in one call equals T one-row calls, bit for bit (CUDA only): a speculative
+ * verification chunk must give a decode step's bits. err is the number of differing values (outputs and state). */
+static void check_kda_rows_invariant(int64_t H, int64_t dk, int64_t dv, int64_t T, int dt) {
+    check_begin("kda_recurrent rows invariant", dt_name(dt), "H %lld dk %lld dv %lld T %lld", (long long)H,
+                (long long)dk, (long long)dv, (long long)T);
+    tpair q = {0}, k = {0}, v = {0}, g = {0}, beta = {0}, o_all = {0}, o_one = {0}, s_all = {0}, s_one = {0};
+    tpair slots_all = {0}, slots_one = {0};
+    NEED(kda_recurrent);
+    int64_t rows = T * H;
+    float *qv = randn(rows * dk, 0.1f, dt == BF16), *kv = randn(rows * dk, 0.1f, dt == BF16);
+    float *gv = randn(rows * dk, 1.0f, false), *bv = randn(rows, 1.0f, false), *sv = randn(H * dk * dv, 0.1f, false);
+    for (int64_t i = 0; i < rows * dk; i++) gv[i] = -5.0f / (1.0f + expf(-gv[i]));
+    for (int64_t i = 0; i < rows; i++) bv[i] = 1.0f / (1.0f + expf(-bv[i]));
+    int32_t *all_slots = hmem((size_t)(T + 1) * sizeof(int32_t)), one_slots[2] = {0, 0};
+    for (int64_t t = 0; t <= T; t++) all_slots[t] = t == 0 || t == T ? 0 : -1;
+    TRY(act_pair(&q, dt, qv, SHAPE(T, H, dk)));
+    TRY(act_pair(&k, dt, kv, SHAPE(T, H, dk)));
+    TRY(act_pair(&v, dt, randn(rows * dv, 1.0f, dt == BF16), SHAPE(T, H, dv)));
+    TRY(act_pair(&g, F32, gv, SHAPE(T, H, dk)));
+    TRY(act_pair(&beta, F32, bv, SHAPE(T, H)));
+    TRY(act_pair(&s_all, F32, sv, SHAPE(1, H, dk, dv)));
+    TRY(act_pair(&s_one, F32, sv, SHAPE(1, H, dk, dv)));
+    TRY(i32_pair(&slots_all, all_slots, SHAPE(T + 1)));
+    TRY(i32_pair(&slots_one, one_slots, SHAPE(2)));
+    TRY(out_pair(&o_all, dt, SHAPE(T, H, dv)));
+    TRY(out_pair(&o_one, dt, SHAPE(T, H, dv)));
+    TRY(gpu->ops->kda_recurrent(gpu, o_all.g, q.g, k.g, v.g, g.g, beta.g, s_all.g, slots_all.g));
+    for (int64_t t = 0; t < T; t++) {
+        glm53_tensor qt = glm53_tensor_rows_view(q.g, t, 1), kt = glm53_tensor_rows_view(k.g, t, 1);
+        glm53_tensor vt = glm53_tensor_rows_view(v.g, t, 1), gt = glm53_tensor_rows_view(g.g, t, 1);
+        glm53_tensor bt = glm53_tensor_rows_view(beta.g, t, 1), ot = glm53_tensor_rows_view(o_one.g, t, 1);
+        TRY(gpu->ops->kda_recurrent(gpu, &ot, &qt, &kt, &vt, &gt, &bt, s_one.g, slots_one.g));
+    }
+    int64_t no = rows * dv, ns = H * dk * dv, differing = 0;
+    float *a = hmem((size_t)no * sizeof(float)), *b = hmem((size_t)no * sizeof(float));
+    float *sa = hmem((size_t)ns * sizeof(float)), *sb = hmem((size_t)ns * sizeof(float));
+    TRY(fetch_f32(gpu, o_all.g, a));
+    TRY(fetch_f32(gpu, o_one.g, b));
+    TRY(fetch_f32(gpu, s_all.g, sa));
+    TRY(fetch_f32(gpu, s_one.g, sb));
+    for (int64_t i = 0; i < no; i++) differing += memcmp(&a[i], &b[i], sizeof(float)) != 0;
+    for (int64_t i = 0; i < ns; i++) differing += memcmp(&sa[i], &sb[i], sizeof(float)) != 0;
+    char note[120] = "";
+    if (differing) snprintf(note, sizeof note, "%lld values differ between one call and row-by-row calls", (long long)differing);
+    record(NULL, (double)differing, 0.0, differing == 0, note);
+done:
+    check_end();
+}
+
 static void check_kda_recurrent(int64_t H, int64_t dk, int64_t dv, int64_t T, int dt, int snap_every,
                                 bool snap_last_is_state) {
     check_begin("kda_recurrent", dt_name(dt), "H %lld dk %lld dv %lld T %lld%s", (long long)H, (long long)dk,
@@ -1313,6 +1362,10 @@ static void group_kda(void) {
         check_kda_recurrent(2, 33, 20, 5, dt, 2, false);
     }
     check_kda_recurrent(64, 128, 128, 3, BF16, 0, false);
+    check_kda_recurrent(64, 128, 128, 16, F32, 4, false);   /* the few-rows kernel at its row limit */
+    check_kda_recurrent(64, 128, 128, 17, F32, 4, false);   /* the sequential kernel just past it */
+    check_kda_rows_invariant(64, 128, 128, 5, BF16);
+    check_kda_rows_invariant(4, 16, 16, 7, F32);
     check_kda_recurrent(64, 128, 128, 3, F32, 1, false);
 }
 
