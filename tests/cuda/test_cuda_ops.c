@@ -1280,6 +1280,9 @@ static void group_norm(void) {
     check_norm(NORM_RMS, 17, 130, BF16, -1, false);
     check_norm(NORM_LAYER, 17, 130, F32, -1, false);
     check_norm(NORM_RMS, 257, 4096, BF16, BF16, true);
+    check_norm(NORM_RMS, 1, 8192, BF16, BF16, false);   /* the register-row rmsnorm at its limit */
+    check_norm(NORM_RMS, 2, 1536, F32, BF16, true);
+    check_norm(NORM_RMS, 1, 8200, BF16, BF16, false);   /* past it: the element-wise kernel */
     check_norm(NORM_LAYER, 17, 130, F32, F32, true);
     check_norm(NORM_L2, 64, 128, BF16, -1, true);
     check_norm(NORM_SOFTMAX, 3, 154880, F32, -1, true);
