@@ -26,16 +26,22 @@
  * K order. The MMA sums 16 k-values per step in its own order; which physical k a fragment slot holds is ours to
  * choose, as long as A and B agree. Lane (g = lane / 4, q = lane % 4) loads the 16 contiguous bytes
  * [group + CH q, + CH) of weight row g (CH = 16 FP8 or 8 BF16 elements) and, for step s, gives the MMA the four
- * elements CH q + 4 s + 0..3 as its logical k = 2q, 2q+1, 2q+8, 2q+9; its A fragment reads x at the same
- * columns from shared memory (8 bytes per row per step). One 16-byte weight load feeds CH / 4 steps.
+ * elements CH q + 4 s + 0..3 as its logical k = 2q, 2q+1, 2q+8, 2q+9 (FP8: elements 0, 2, 1, 3 of the four,
+ * see below); its A fragment reads x at the same columns from shared memory (8 bytes per row per step). One 16-byte weight load feeds CH / 4 steps.
  *
  * Precision contract (docs/cuda.md): products of BF16 x and the exact weight values, summed by the MMA in F32
  * over a group (64 FP8 or 32 BF16 columns), each FP8 group's sum times its block scale, the groups of a warp
- * added in order, the 8 warps added in order, one rounding to y's dtype. FP8 codes go through the hardware's
- * exact e4m3x2 -> f16x2 conversion and then to BF16 by moving bits: an f16's bits shifted right by 3 are a BF16
- * of the value times 2^-112 (every E4M3 value is a normal f16, so no zero or subnormal case). x is staged times
- * 2^64 (exact in BF16), so every product and partial sum is the true one times 2^-48, far from F32's subnormal
- * range, and the block scale times 2^48 undoes it: the same roundings as without the scaling.
+ * added in order, the 8 warps added in order, one rounding to y's dtype. FP8 codes become BF16 by moving bits
+ * (Marlin's conversion): the code's exponent and mantissa go to the low four exponent bits and top three mantissa
+ * bits of a BF16, the sign to its sign, which is the code's value times 2^-120 for normal and subnormal codes
+ * alike (a subnormal code gives a subnormal BF16, which the MMA takes as it is; test_cuda_ops checks a weight
+ * of nothing but subnormal codes); the E4M3 NaN code reads as 480 (no checkpoint holds one). Two codes take
+ * 3-4 integer operations, against the hardware cvt's one conversion at 16 per clock per SM plus 2 (the bench's
+ * "cvt" versions keep that path: code -> f16 exactly, its bits shifted right by 3 are a BF16 of the value times
+ * 2^-112). One 32-bit word of codes gives codes 0 and 2 as one pair and 1 and 3 as the other, so x is staged
+ * with each 4 columns in the order 0, 2, 1, 3 to match. x is staged times 2^64 (exact in BF16), so every product
+ * and partial sum is the true one times 2^-56, far from F32's subnormal range, and the block scale times 2^56
+ * undoes it: the same roundings as without the scaling.
  */
 #ifndef GLM53_CUDA_GEMV_MMA_CUH
 #define GLM53_CUDA_GEMV_MMA_CUH
@@ -50,7 +56,8 @@ enum {
     GEMV_MMA_PAD = 8,                 /* BF16 elements after each staged x row (16 bytes), to spread the banks */
 };
 constexpr float GEMV_MMA_X_SCALE = 18446744073709551616.0f;   /* 2^64 */
-constexpr float GEMV_MMA_UNSCALE = 281474976710656.0f;        /* 2^48 = 2^112 / 2^64 */
+constexpr float GEMV_MMA_UNSCALE = 72057594037927936.0f;       /* 2^56 = 2^120 / 2^64 (codes placed by bits) */
+constexpr float GEMV_MMA_UNSCALE_CVT = 281474976710656.0f;    /* 2^48 = 2^112 / 2^64 (codes through the cvt) */
 
 /* Staged x rows: M, or 16 when M > 8 (rows 8..15 feed the A fragment's second half). */
 __host__ __device__ inline int gemv_mma_x_rows(int M) { return M <= 8 ? M : 16; }
@@ -89,7 +96,17 @@ __device__ inline void gemv_mma_16816(float (&d)[4], uint32_t a0, uint32_t a1, u
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-/* Two E4M3 codes as a BF16 pair, each value times 2^-112 (see the top of the file). */
+/* Codes 0 and 2 (even) or 1 and 3 (odd) of four E4M3 codes as a BF16 pair, each value times 2^-120, by moving
+ * bits: a code's exponent and mantissa land in the low four exponent bits and the top three mantissa bits of a
+ * BF16, its sign on the sign (see the top of the file). */
+__device__ inline uint32_t gemv_mma_fp8x4_to_bf16x2_odd(uint32_t codes) {
+    return (codes & 0x80008000u) | ((codes & 0x7f007f00u) >> 4);
+}
+__device__ inline uint32_t gemv_mma_fp8x4_to_bf16x2_even(uint32_t codes) {
+    return gemv_mma_fp8x4_to_bf16x2_odd(codes << 8);
+}
+
+/* Two E4M3 codes as a BF16 pair through the hardware cvt, each value times 2^-112 (see the top of the file). */
 __device__ inline uint32_t gemv_mma_fp8x2_to_bf16x2(uint16_t pair) {
     __half2_raw h2 = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)pair, __NV_E4M3);
     uint32_t h = (uint32_t)h2.x | ((uint32_t)h2.y << 16);
@@ -110,7 +127,7 @@ __device__ inline uint4 gemv_mma_load_stream(const void *p) {
  * the 8 warps' partial sums added in warp order. `smem` is the block's dynamic shared memory
  * (gemv_mma_smem(M, R, slab_cols) bytes); the sums are left in it (returned), valid for every thread after the
  * final barrier. Every thread of the block must call it. */
-template <bool FP8, int R, int U>
+template <bool FP8, int R, int U, bool HW_CVT = false>
 __device__ inline const float *gemv_mma_block(uint8_t *smem, const weight_ref (&tile_w)[R], const int64_t (&tile_row)[R],
                                               const int64_t (&tile_end)[R], const __nv_bfloat16 *__restrict__ x,
                                               int M, int K, int slab_cols) {
@@ -137,13 +154,15 @@ __device__ inline const float *gemv_mma_block(uint8_t *smem, const weight_ref (&
             if (m < M) {
                 v = *reinterpret_cast<const uint4 *>(x + (size_t)m * K + k_slab + c);
                 if (FP8) {
+                    /* times 2^64; with the bit-placed codes, each 4 columns stored in the order 0, 2, 1, 3 */
                     float f[8];
                     cuda_bf16x8_to_float(v, f);
                     uint32_t o[4];
 #pragma unroll
                     for (int j = 0; j < 4; j++) {
-                        __nv_bfloat162 b = __floats2bfloat162_rn(f[2 * j] * GEMV_MMA_X_SCALE, f[2 * j + 1] * GEMV_MMA_X_SCALE);
-                        o[j] = *reinterpret_cast<uint32_t *>(&b);
+                        const int a = HW_CVT ? 2 * j : (j & ~1) * 2 + (j & 1), b = HW_CVT ? a + 1 : a + 2;
+                        __nv_bfloat162 h = __floats2bfloat162_rn(f[a] * GEMV_MMA_X_SCALE, f[b] * GEMV_MMA_X_SCALE);
+                        o[j] = *reinterpret_cast<uint32_t *>(&h);
                     }
                     v = make_uint4(o[0], o[1], o[2], o[3]);
                 }
@@ -185,11 +204,17 @@ __device__ inline const float *gemv_mma_block(uint8_t *smem, const weight_ref (&
                 for (int r = 0; r < R; r++) {
                     const uint32_t words[4] = {p[u][r].x, p[u][r].y, p[u][r].z, p[u][r].w};
                     uint32_t bw[2 * STEPS];   /* this lane's CH weights as BF16 pairs */
-                    if constexpr (FP8) {
+                    if constexpr (FP8 && HW_CVT) {
 #pragma unroll
                         for (int j = 0; j < 4; j++) {
                             bw[2 * j] = gemv_mma_fp8x2_to_bf16x2((uint16_t)(words[j] & 0xffffu));
                             bw[2 * j + 1] = gemv_mma_fp8x2_to_bf16x2((uint16_t)(words[j] >> 16));
+                        }
+                    } else if constexpr (FP8) {
+#pragma unroll
+                        for (int j = 0; j < 4; j++) {
+                            bw[2 * j] = gemv_mma_fp8x4_to_bf16x2_even(words[j]);
+                            bw[2 * j + 1] = gemv_mma_fp8x4_to_bf16x2_odd(words[j]);
                         }
                     } else {
 #pragma unroll
@@ -203,7 +228,7 @@ __device__ inline const float *gemv_mma_block(uint8_t *smem, const weight_ref (&
                         const weight_ref &w = tile_w[r];
                         const int64_t colg = (int64_t)(kg_base + kg) * GROUP;
                         const float s = (w.scale ? w.scale[(tile_row[r] / w.block_rows) * w.scale_stride + colg / w.block_cols]
-                                                 : 1.0f) * GEMV_MMA_UNSCALE;
+                                                 : 1.0f) * (HW_CVT ? GEMV_MMA_UNSCALE_CVT : GEMV_MMA_UNSCALE);
 #pragma unroll
                         for (int j = 0; j < 4; j++) acc[r][j] += d[j] * s;
                     } else {
@@ -233,7 +258,7 @@ __device__ inline const float *gemv_mma_block(uint8_t *smem, const weight_ref (&
 /* y[M, N] = x[M, K] * w[N, K]^T. Grid: ceil(N / (8 R)) blocks of GEMV_MMA_THREADS, gemv_mma_smem(M, R, slab)
  * bytes of dynamic shared memory, slab = gemv_mma_slab(M, K). FP8: w is F8_E4M3 (with or without a block scale),
  * else BF16. U: k-groups whose weights one lane loads before using any (bytes in flight). */
-template <bool FP8, int R, int U>
+template <bool FP8, int R, int U, bool HW_CVT = false>
 __global__ void __launch_bounds__(GEMV_MMA_THREADS)
 gemv_mma_kernel(act_out y, const __nv_bfloat16 *__restrict__ x, weight_ref w, int M, int N, int K, int slab_cols) {
     extern __shared__ __align__(16) uint8_t gemv_mma_smem_bytes[];
@@ -241,7 +266,8 @@ gemv_mma_kernel(act_out y, const __nv_bfloat16 *__restrict__ x, weight_ref w, in
     int64_t tile_row[R], tile_end[R];
 #pragma unroll
     for (int r = 0; r < R; r++) tile_w[r] = w, tile_row[r] = (int64_t)blockIdx.x * 8 * R + 8 * r, tile_end[r] = N;
-    const float *sums = gemv_mma_block<FP8, R, U>(gemv_mma_smem_bytes, tile_w, tile_row, tile_end, x, M, K, slab_cols);
+    const float *sums = gemv_mma_block<FP8, R, U, HW_CVT>(gemv_mma_smem_bytes, tile_w, tile_row, tile_end, x, M, K,
+                                                          slab_cols);
     for (int i = threadIdx.x; i < R * 16 * 8; i += blockDim.x) {
         const int r = i / 128, m = (i / 8) % 16, c = i % 8;
         const int64_t n = tile_row[r] + c;

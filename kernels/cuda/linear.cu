@@ -102,11 +102,15 @@ static glm53_status dequantize_weight(cuda_backend *cb, cuda_scratch *dst, const
 }
 
 /* The tensor-core GEMV (gemv_mma.cuh) for M <= 16: two n-tiles per warp up to 4 rows, four above (x fragments
- * shared by more weight rows; H200 figures in docs/performance.md). R does not change any row's arithmetic. */
-template <int R>
+ * shared by more weight rows; H200 figures in docs/performance.md). Few weight rows (N <= GEMV_MMA_FEW_ROWS): one
+ * n-tile per warp and eight k-groups' loads in flight per lane, because then a block per 8-16 rows leaves most
+ * multiprocessors idle and each busy one waits a memory round trip per two groups (the 128 x 4096 BF16 KDA gate
+ * projections took 12 us for 1 MB on the H100). Neither R nor U changes any row's arithmetic (gemv_mma.cuh). */
+enum { GEMV_MMA_FEW_ROWS = 2048 };
+
+template <int R, int U>
 static glm53_status gemv_mma_launch(cuda_backend *cb, act_out y, const __nv_bfloat16 *x, const weight_ref &w, int M,
                                     int N, int K) {
-    constexpr int U = 2;
     const bool fp8 = w.dtype == GLM53_F8_E4M3;
     const void *kernel = fp8 ? (const void *)gemv_mma_kernel<true, R, U> : (const void *)gemv_mma_kernel<false, R, U>;
     const int slab = gemv_mma_slab(M, K);
@@ -121,7 +125,8 @@ static glm53_status gemv_mma_launch(cuda_backend *cb, act_out y, const __nv_bflo
 
 static glm53_status gemv_mma(cuda_backend *cb, act_out y, const __nv_bfloat16 *x, const weight_ref &w, int M, int N,
                              int K) {
-    return M <= 4 ? gemv_mma_launch<2>(cb, y, x, w, M, N, K) : gemv_mma_launch<4>(cb, y, x, w, M, N, K);
+    if (N <= GEMV_MMA_FEW_ROWS) return gemv_mma_launch<1, 8>(cb, y, x, w, M, N, K);
+    return M <= 4 ? gemv_mma_launch<2, 2>(cb, y, x, w, M, N, K) : gemv_mma_launch<4, 2>(cb, y, x, w, M, N, K);
 }
 
 static glm53_status gemm(cuda_backend *cb, int64_t M, int64_t N, int64_t K, const void *w, cudaDataType w_type,

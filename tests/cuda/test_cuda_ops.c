@@ -341,6 +341,10 @@ static glm53_status i32_pair(tpair *p, const int32_t *v, int ndim, const int64_t
  * backends. F32/BF16: normal * scale (+ offset). F16: random codes of magnitude 2^-3..2^3 times nothing (scale
  * unused). FP8: random codes of magnitude 2^-3..2^3 and an F32 block scale [ceil(rows/br), ceil(cols/bc)] of
  * about scale / 3 per block. */
+/* FP8 test weights draw exponent fields fp8_exp_lo .. fp8_exp_lo + fp8_exp_count - 1 (the NaN code excluded):
+ * 4..9 (magnitudes 2^-3 .. 2^3) unless a check asks for the subnormal codes (field 0) or the whole range. */
+static int fp8_exp_lo = 4, fp8_exp_count = 6;
+
 static glm53_status weight_pair(tpair *w, int dtype, int ndim, int64_t rows, int64_t cols, float scale, float offset,
                                 int br, int bc) {
     int64_t n = rows * cols;
@@ -361,8 +365,10 @@ static glm53_status weight_pair(tpair *w, int dtype, int ndim, int64_t rows, int
     }
     assert(dtype == FP8 && ndim == 2);
     uint8_t *codes = hmem((size_t)n);
-    for (int64_t i = 0; i < n; i++)   /* exponent field 4..9: no NaN code, magnitudes 2^-3 .. 2^3 */
-        codes[i] = (uint8_t)((test_next() & 1) << 7 | (4 + rand_below(6)) << 3 | rand_below(8));
+    for (int64_t i = 0; i < n; i++) {
+        codes[i] = (uint8_t)((test_next() & 1) << 7 | (fp8_exp_lo + rand_below(fp8_exp_count)) << 3 | rand_below(8));
+        if ((codes[i] & 0x7f) == 0x7f) codes[i] ^= 1;   /* not the NaN code: 448 instead */
+    }
     int64_t sr = (rows + br - 1) / br, sc = (cols + bc - 1) / bc;
     float *s = hmem((size_t)(sr * sc) * sizeof(float));
     for (int64_t i = 0; i < sr * sc; i++) s[i] = scale / 3.0f * (0.5f + test_uniform());
@@ -873,6 +879,47 @@ done:
     check_end();
 }
 
+/* mhc_pre on N rows at once gives each row the bits it gets alone (decode rows equal verification rows). */
+static void check_mhc_pre_rows_invariant(int64_t N, int64_t S, int64_t D) {
+    check_begin("mhc_pre rows invariant", "H:bf16 fn:bf16", "N %lld S %lld D %lld", (long long)N, (long long)S,
+                (long long)D);
+    tpair H = {0}, fn = {0}, base = {0}, scale = {0}, x = {0}, post = {0}, comb = {0};
+    tpair x1 = {0}, post1 = {0}, comb1 = {0};
+    NEED(mhc_pre);
+    int64_t n_mix = (2 + S) * S;
+    TRY(act_pair(&H, BF16, randn(N * S * D, 1.0f, true), SHAPE(N, S, D)));
+    TRY(weight_pair(&fn, BF16, 2, n_mix, S * D, 1.0f / sqrtf((float)(S * D)), 0.0f, 0, 0));
+    TRY(weight_pair(&base, F32, 1, 1, n_mix, 0.5f, 0.0f, 0, 0));
+    float sc[3] = {0.8f, 1.1f, 1.3f};
+    TRY(tensor_from(gpu, &scale.g, F32, sc, SHAPE(3)));
+    TRY(out_pair(&x, BF16, SHAPE(N, D)));
+    TRY(out_pair(&post, F32, SHAPE(N, S)));
+    TRY(out_pair(&comb, F32, SHAPE(N, S, S)));
+    TRY(out_pair(&x1, BF16, SHAPE(N, D)));
+    TRY(out_pair(&post1, F32, SHAPE(N, S)));
+    TRY(out_pair(&comb1, F32, SHAPE(N, S, S)));
+    TRY(gpu->ops->mhc_pre(gpu, x.g, post.g, comb.g, H.g, fn.g, base.g, scale.g, 1e-5f, 1e-6f, 20));
+    for (int64_t n = 0; n < N; n++) {
+        glm53_tensor Hn = glm53_tensor_rows_view(H.g, n, 1), xn = glm53_tensor_rows_view(x1.g, n, 1);
+        glm53_tensor pn = glm53_tensor_rows_view(post1.g, n, 1), cn = glm53_tensor_rows_view(comb1.g, n, 1);
+        TRY(gpu->ops->mhc_pre(gpu, &xn, &pn, &cn, &Hn, fn.g, base.g, scale.g, 1e-5f, 1e-6f, 20));
+    }
+    int64_t differing = 0;
+    const tpair *all[3] = {&x, &post, &comb}, *one[3] = {&x1, &post1, &comb1};
+    for (int t = 0; t < 3; t++) {
+        int64_t ne = glm53_tensor_numel(all[t]->g);
+        float *a = hmem((size_t)ne * sizeof(float)), *b = hmem((size_t)ne * sizeof(float));
+        TRY(fetch_f32(gpu, all[t]->g, a));
+        TRY(fetch_f32(gpu, one[t]->g, b));
+        for (int64_t i = 0; i < ne; i++) differing += memcmp(&a[i], &b[i], sizeof(float)) != 0;
+    }
+    char note[120] = "";
+    if (differing) snprintf(note, sizeof note, "%lld values differ between one call and row-by-row calls", (long long)differing);
+    record(NULL, (double)differing, 0.0, differing == 0, note);
+done:
+    check_end();
+}
+
 static void check_mhc_post(int64_t N, int64_t S, int64_t D, int dt) {
     check_begin("mhc_post", dt_name(dt), "N %lld S %lld D %lld", (long long)N, (long long)S, (long long)D);
     tpair y = {0}, Hin = {0}, post = {0}, comb = {0}, Hout = {0};
@@ -1244,11 +1291,23 @@ static void group_matmul(void) {
     check_matmul_thr(9, 512, 6144, BF16, FP8, F32, 128, 128, 1e-5);   /* x in two slabs (4096 + 2048 columns) */
     check_matmul_thr(16, 256, 16384, BF16, FP8, F32, 128, 128, 1e-5); /* four slabs */
     check_matmul_thr(16, 200, 320, BF16, FP8, F32, 8, 64, 1e-5);      /* N not a multiple of the tile rows */
+    /* every FP8 code but NaN, then nothing but subnormal codes (which the tensor-core path turns into subnormal
+     * BF16 values: a flush to zero would give zeros here) */
+    fp8_exp_lo = 0, fp8_exp_count = 16;
+    check_matmul_thr(3, 4096, 4096, BF16, FP8, F32, 128, 128, 1e-5);
+    fp8_exp_lo = 0, fp8_exp_count = 1;
+    check_matmul_thr(3, 4096, 4096, BF16, FP8, F32, 128, 128, 1e-5);
+    check_matmul_thr(1, 300, 200, F32, FP8, F32, 128, 128, 1e-5);
+    fp8_exp_lo = 4, fp8_exp_count = 6;
     check_matmul_rows_invariant(1536, 4096, BF16, FP8, 128, 128);
     check_matmul_rows_invariant(256, 16384, BF16, FP8, 128, 128);   /* x whole at M <= 8, in slabs above */
     check_matmul_rows_invariant(1000, 4096, BF16, BF16, 0, 0);
     check_matmul_rows_invariant(96, 64, BF16, BF16, 0, 0);          /* tiny-model sizes */
     check_matmul_rows_invariant(300, 200, F32, FP8, 128, 128);
+    /* more than GEMV_MMA_FEW_ROWS weight rows: two n-tiles per warp up to 4 rows, four above (a partial last block) */
+    check_matmul_thr(5, 4100, 1024, BF16, BF16, F32, 0, 0, 1e-5);
+    check_matmul_rows_invariant(2056, 4096, BF16, FP8, 128, 128);
+    check_matmul_rows_invariant(4100, 1024, BF16, BF16, 0, 0);
     /* F32 paths */
     check_matmul(1, 4096, 4096, F32, F32, F32, 0, 0);
     check_matmul(17, 300, 200, F32, F32, F32, 0, 0);
@@ -1352,6 +1411,8 @@ static void group_mhc(void) {
         check_mhc_mean(1, 4, 4096, dt);
         check_mhc_mean(17, 4, 130, dt);
     }
+    check_mhc_pre_rows_invariant(5, 4, 4096);   /* 16-byte loads */
+    check_mhc_pre_rows_invariant(3, 4, 130);    /* element loads */
 }
 
 static void group_kda(void) {
