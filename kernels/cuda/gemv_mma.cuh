@@ -14,6 +14,8 @@
  * the 8 weight rows as B. A block's 8 warps split K: warp w takes the k-groups w, w + 8, ... (a group is 16 bytes
  * of each weight row per lane: 64 FP8 or 32 BF16 elements over the 4 lanes of a row), and the 8 partial sums
  * are added in warp order at the end. A block covers 8 R rows (R n-tiles per warp share each x fragment).
+ * A warp works in steps of U groups and loads the next step's weights (and FP8 block scales) before computing
+ * the current one, the first step's before x is staged, so it never waits on memory with nothing in flight.
  * x is staged in shared memory whole when it fits GEMV_MMA_X_BUDGET, else in slabs of a multiple of 512 columns
  * (8 groups of either kind, so a warp meets the same groups in the same order whatever the slab count). Slabs
  * cost: every slab boundary is a barrier that drains the loads in flight (on the H100, 2,048-column slabs made
@@ -144,8 +146,35 @@ __device__ inline const float *gemv_mma_block(uint8_t *smem, const weight_ref (&
 #pragma unroll
     for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = acc[r][2] = acc[r][3] = 0.0f;
 
+    /* Weights of U k-groups per n-tile (and their FP8 block scales), loaded one step ahead of their use: the
+     * first step's while x is staged, each next step's while the current one is computed. */
+    uint4 next[U][R];
+    float next_scale[U][R];
+    int groups = 0, kg_base = 0;
+    auto load_groups = [&](int kg0) {
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int kg = kg0 + GEMV_MMA_WARPS * u;
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                const int64_t n = tile_row[r] + g;
+                const size_t col = (size_t)(kg_base + kg) * GROUP + CH * q;
+                next[u][r] = kg < groups && n < tile_end[r]
+                                 ? gemv_mma_load_stream((const uint8_t *)tile_w[r].data + n * row_bytes + col * (FP8 ? 1 : 2))
+                                 : make_uint4(0, 0, 0, 0);
+                const weight_ref &w = tile_w[r];
+                next_scale[u][r] = FP8 && w.scale && kg < groups && tile_row[r] < tile_end[r]
+                                       ? w.scale[(tile_row[r] / w.block_rows) * w.scale_stride +
+                                                 (int64_t)(kg_base + kg) * GROUP / w.block_cols]
+                                       : 1.0f;
+            }
+        }
+    };
+
     for (int k_slab = 0; k_slab < K; k_slab += slab_cols) {
         const int slab = min(slab_cols, K - k_slab);
+        groups = slab / GROUP, kg_base = k_slab / GROUP;
+        load_groups(warp);
         /* stage x[0..M, k_slab .. k_slab + slab) (rows M..MS zero), times 2^64 for FP8 weights */
         if (k_slab) __syncthreads();   /* every warp is done with the previous slab */
         for (int i = threadIdx.x; i < MS * slab / 8; i += blockDim.x) {
@@ -171,22 +200,14 @@ __device__ inline const float *gemv_mma_block(uint8_t *smem, const weight_ref (&
         }
         __syncthreads();
 
-        const int groups = slab / GROUP, kg_base = k_slab / GROUP;
         for (int kg0 = warp; kg0 < groups; kg0 += GEMV_MMA_WARPS * U) {
             uint4 p[U][R];
+            float p_scale[U][R];
 #pragma unroll
-            for (int u = 0; u < U; u++) {
-                const int kg = kg0 + GEMV_MMA_WARPS * u;
-                if (kg < groups)
+            for (int u = 0; u < U; u++)
 #pragma unroll
-                    for (int r = 0; r < R; r++) {
-                        const int64_t n = tile_row[r] + g;
-                        const size_t col = (size_t)(kg_base + kg) * GROUP + CH * q;
-                        p[u][r] = n < tile_end[r]
-                                      ? gemv_mma_load_stream((const uint8_t *)tile_w[r].data + n * row_bytes + col * (FP8 ? 1 : 2))
-                                      : make_uint4(0, 0, 0, 0);
-                    }
-            }
+                for (int r = 0; r < R; r++) p[u][r] = next[u][r], p_scale[u][r] = next_scale[u][r];
+            if (kg0 + GEMV_MMA_WARPS * U < groups) load_groups(kg0 + GEMV_MMA_WARPS * U);   /* in flight meanwhile */
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 const int kg = kg0 + GEMV_MMA_WARPS * u;
@@ -225,10 +246,7 @@ __device__ inline const float *gemv_mma_block(uint8_t *smem, const weight_ref (&
                     for (int st = 0; st < STEPS; st++)
                         gemv_mma_16816(d, xa[st].x, xb[st].x, xa[st].y, xb[st].y, bw[2 * st], bw[2 * st + 1]);
                     if constexpr (FP8) {
-                        const weight_ref &w = tile_w[r];
-                        const int64_t colg = (int64_t)(kg_base + kg) * GROUP;
-                        const float s = (w.scale ? w.scale[(tile_row[r] / w.block_rows) * w.scale_stride + colg / w.block_cols]
-                                                 : 1.0f) * (HW_CVT ? GEMV_MMA_UNSCALE_CVT : GEMV_MMA_UNSCALE);
+                        const float s = p_scale[u][r] * (HW_CVT ? GEMV_MMA_UNSCALE_CVT : GEMV_MMA_UNSCALE);
 #pragma unroll
                         for (int j = 0; j < 4; j++) acc[r][j] += d[j] * s;
                     } else {
@@ -257,7 +275,7 @@ __device__ inline const float *gemv_mma_block(uint8_t *smem, const weight_ref (&
 
 /* y[M, N] = x[M, K] * w[N, K]^T. Grid: ceil(N / (8 R)) blocks of GEMV_MMA_THREADS, gemv_mma_smem(M, R, slab)
  * bytes of dynamic shared memory, slab = gemv_mma_slab(M, K). FP8: w is F8_E4M3 (with or without a block scale),
- * else BF16. U: k-groups whose weights one lane loads before using any (bytes in flight). */
+ * else BF16. U: k-groups per step (a lane has 2 U R 16-byte loads in flight at most). */
 template <bool FP8, int R, int U, bool HW_CVT = false>
 __global__ void __launch_bounds__(GEMV_MMA_THREADS)
 gemv_mma_kernel(act_out y, const __nv_bfloat16 *__restrict__ x, weight_ref w, int M, int N, int K, int slab_cols) {

@@ -101,11 +101,13 @@ static glm53_status dequantize_weight(cuda_backend *cb, cuda_scratch *dst, const
     return GLM53_OK;
 }
 
-/* The tensor-core GEMV (gemv_mma.cuh) for M <= 16: two n-tiles per warp up to 4 rows, four above (x fragments
- * shared by more weight rows; H200 figures in docs/performance.md). Few weight rows (N <= GEMV_MMA_FEW_ROWS): one
- * n-tile per warp and eight k-groups' loads in flight per lane, because then a block per 8-16 rows leaves most
- * multiprocessors idle and each busy one waits a memory round trip per two groups (the 128 x 4096 BF16 KDA gate
- * projections took 12 us for 1 MB on the H100). Neither R nor U changes any row's arithmetic (gemv_mma.cuh). */
+/* The tensor-core GEMV (gemv_mma.cuh) for M <= 16, R n-tiles per warp and U k-groups per step, from bench_gemv on
+ * the H100 (docs/performance.md): up to 4 rows, R = 2 (U = 2), and for few weight rows (N <= GEMV_MMA_FEW_ROWS)
+ * R = 1 with U = 8, because a block per 16 rows then leaves most multiprocessors idle and each busy one waits a
+ * round trip per two groups (the 128 x 4096 BF16 KDA gate projections: 12.2 -> 8.1 us; 2048 x 4096 FP8 at
+ * 4 rows: 10.6 -> 8.7 us); above 4 rows R = 4 (x fragments shared by more weight rows: 16 x 12288 x 4096 FP8
+ * 95 -> 68 us), R = 2 for few weight rows (2048 x 4096 FP8 at 16 rows: R = 1 U = 8 26.6 us, R = 2 17.3,
+ * R = 4 23.4). Neither R nor U changes any row's arithmetic (gemv_mma.cuh). */
 enum { GEMV_MMA_FEW_ROWS = 2048 };
 
 template <int R, int U>
@@ -125,8 +127,9 @@ static glm53_status gemv_mma_launch(cuda_backend *cb, act_out y, const __nv_bflo
 
 static glm53_status gemv_mma(cuda_backend *cb, act_out y, const __nv_bfloat16 *x, const weight_ref &w, int M, int N,
                              int K) {
-    if (N <= GEMV_MMA_FEW_ROWS) return gemv_mma_launch<1, 8>(cb, y, x, w, M, N, K);
-    return M <= 4 ? gemv_mma_launch<2, 2>(cb, y, x, w, M, N, K) : gemv_mma_launch<4, 2>(cb, y, x, w, M, N, K);
+    if (M <= 4) return N <= GEMV_MMA_FEW_ROWS ? gemv_mma_launch<1, 8>(cb, y, x, w, M, N, K)
+                                              : gemv_mma_launch<2, 2>(cb, y, x, w, M, N, K);
+    return N <= GEMV_MMA_FEW_ROWS ? gemv_mma_launch<2, 2>(cb, y, x, w, M, N, K) : gemv_mma_launch<4, 2>(cb, y, x, w, M, N, K);
 }
 
 static glm53_status gemm(cuda_backend *cb, int64_t M, int64_t N, int64_t K, const void *w, cudaDataType w_type,

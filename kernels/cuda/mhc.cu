@@ -121,6 +121,41 @@ __device__ inline float mhc_chunk_sum(const float *part, int64_t n, int n_chunks
     return v;
 }
 
+/* Sinkhorn on an S x S matrix (S * S <= 32) in one warp: lane j*S + k holds C[j][k] in a register; a row
+ * (column) sum gathers its S terms by shuffles and adds them in the CPU's order, so every lane of the row divides
+ * by the same sum the serial loop forms. SS: S known at compile time (4, the model's), which lets the S shuffles
+ * of a sum go out together (a run-time S took one round trip per term: 20 iterations of them dominated the
+ * call); 0: S = s at run time. m: the row's chunk sums, r its 1 / rms; comb[S * S] out. */
+template <int SS>
+__device__ inline void mhc_sinkhorn_lanes(float *comb, const float *m, float r, float s2, const weight_ref &base, int s,
+                                          float hc_eps, int32_t iters) {
+    const int S = SS ? SS : s, lane = threadIdx.x & 31;
+    const int j = lane / S, k = lane % S;
+    const bool mine = lane < S * S;
+    float c = mine ? m[2 * S + lane] * r * s2 + base.at(0, 2 * S + lane) : 0.0f;
+    float mx = -INFINITY, sum = 0.0f;
+#pragma unroll
+    for (int q = 0; q < S; q++) mx = fmaxf(mx, __shfl_sync(0xffffffffu, c, (j * S + q) & 31));
+    /* The CPU's max is a serial `if (row[k] > mx)`: equal to fmaxf for the non-NaN values it meets. */
+    c = mine ? expf(c - mx) : 0.0f;
+#pragma unroll
+    for (int q = 0; q < S; q++) sum += __shfl_sync(0xffffffffu, c, (j * S + q) & 31);
+    c = c / sum + hc_eps;
+    for (int32_t it = 0; it < iters; it++) {
+        if (it > 0) {
+            float rs = 0.0f;
+#pragma unroll
+            for (int q = 0; q < S; q++) rs += __shfl_sync(0xffffffffu, c, (j * S + q) & 31);
+            c /= rs + hc_eps;
+        }
+        float cs = 0.0f;
+#pragma unroll
+        for (int q = 0; q < S; q++) cs += __shfl_sync(0xffffffffu, c, (q * S + k) & 31);
+        c /= cs + hc_eps;
+    }
+    if (mine) comb[lane] = c;
+}
+
 /* Stage 2 of mhc_pre. grid (N, n_col_blocks + 1), MHC_THREADS threads. Blocks y < n_col_blocks collapse columns
  * y * MHC_COLS .. + MHC_COLS of row n into x, each computing the row's pre weights itself (S + 1 chunk sums, the
  * same in every block); block n_col_blocks computes post and comb: the Sinkhorn iterations on the S x S matrix
@@ -165,29 +200,10 @@ mhc_mix_kernel(act_out x, float *post, float *comb, act_in H, const float *part,
     const float s1 = scale.at(0, 1), s2 = scale.at(0, 2);
     const int lane = threadIdx.x;
     if (lane < S) post[n * S + lane] = 2.0f * cuda_sigmoid(m[S + lane] * r * s1 + base.at(0, S + lane));
-    if (S * S <= 32) {
-        /* Lane j*S + k holds C[j][k] in a register; a row (column) sum gathers its S terms by shuffles and adds
-         * them in the CPU's order, so every lane of the row divides by the same sum the serial loop forms. */
-        const int j = lane / (int)S, k = lane % (int)S;
-        const bool mine = lane < S * S;
-        float c = mine ? m[2 * S + lane] * r * s2 + base.at(0, 2 * S + lane) : 0.0f;
-        float mx = -INFINITY, sum = 0.0f;
-        for (int q = 0; q < S; q++) mx = fmaxf(mx, __shfl_sync(0xffffffffu, c, j * (int)S + q));
-        /* The CPU's max is a serial `if (row[k] > mx)`: equal to fmaxf for the non-NaN values it meets. */
-        c = mine ? expf(c - mx) : 0.0f;
-        for (int q = 0; q < S; q++) sum += __shfl_sync(0xffffffffu, c, (j * (int)S + q) & 31);
-        c = c / sum + hc_eps;
-        for (int32_t it = 0; it < iters; it++) {
-            if (it > 0) {
-                float rs = 0.0f;
-                for (int q = 0; q < S; q++) rs += __shfl_sync(0xffffffffu, c, (j * (int)S + q) & 31);
-                c /= rs + hc_eps;
-            }
-            float cs = 0.0f;
-            for (int q = 0; q < S; q++) cs += __shfl_sync(0xffffffffu, c, (q * (int)S + k) & 31);
-            c /= cs + hc_eps;
-        }
-        if (mine) comb[n * S * S + lane] = c;
+    if (S == 4) {
+        mhc_sinkhorn_lanes<4>(comb + n * S * S, m, r, s2, base, 4, hc_eps, iters);
+    } else if (S * S <= 32) {
+        mhc_sinkhorn_lanes<0>(comb + n * S * S, m, r, s2, base, (int)S, hc_eps, iters);
     } else {
         /* Larger S: lane j normalises row j, lane k column k, in shared memory. */
         if (lane < S) {
