@@ -592,7 +592,7 @@ static void check_matmul(int64_t M, int64_t N, int64_t K, int x_dt, int w_dt, in
 static void check_matmul_rows_invariant(int64_t N, int64_t K, int x_dt, int w_dt, int br, int bc) {
     char dts[48];
     snprintf(dts, sizeof dts, "x:%s w:%s y:%s", dt_name(x_dt), dt_name(w_dt), dt_name(F32));
-    check_begin("matmul rows invariant", dts, "M 1,2,5,9 of 16 x %lldx%lld", (long long)N, (long long)K);
+    check_begin("matmul rows invariant", dts, "M 1,2,5,9, each row, of 16 x %lldx%lld", (long long)N, (long long)K);
     const int64_t M = 16, subs[] = {1, 2, 5, 9};
     tpair x = {0}, w = {0}, y = {0};
     float *xv = randn(M * K, 1.0f, x_dt == BF16), *all = hmem((size_t)(M * N) * sizeof(float));
@@ -610,6 +610,15 @@ static void check_matmul_rows_invariant(int64_t N, int64_t K, int x_dt, int w_dt
         TRY(gpu->ops->matmul(gpu, ys.g, xs.g, w.g));
         TRY(fetch_f32(gpu, ys.g, part));
         for (int64_t j = 0; j < subs[i] * N; j++) differing += memcmp(&part[j], &all[j], sizeof(float)) != 0;
+    }
+    for (int64_t m = 0; m < M; m++) {   /* every row alone (position 0) equals its row of the 16-row product */
+        tpair xs = {0}, ys = {0};
+        float *part = hmem((size_t)N * sizeof(float));
+        TRY(act_pair(&xs, x_dt, xv + m * K, SHAPE(1, K)));
+        TRY(out_pair(&ys, F32, SHAPE(1, N)));
+        TRY(gpu->ops->matmul(gpu, ys.g, xs.g, w.g));
+        TRY(fetch_f32(gpu, ys.g, part));
+        for (int64_t j = 0; j < N; j++) differing += memcmp(&part[j], &all[m * N + j], sizeof(float)) != 0;
     }
     char note[120] = "";
     if (differing) snprintf(note, sizeof note, "%lld values differ from the 16-row product", (long long)differing);
@@ -1244,6 +1253,54 @@ done:
     check_end();
 }
 
+/* moe_experts on N rows at once gives each row the bits it gets alone: its slots' products do not depend on the
+ * slots the other rows route to the same experts (the tensor-core path computes an expert's slots as the rows
+ * of one product). Few experts for many rows, so experts are shared. */
+static void check_moe_rows_invariant(int64_t N, int64_t D, int64_t F, int32_t E, int64_t K, int w_dt, int blk) {
+    char dts[48];
+    snprintf(dts, sizeof dts, "x:bf16 w:%s", dt_name(w_dt));
+    check_begin("moe_experts rows invariant", dts, "N %lld D %lld F %lld E %d k %lld", (long long)N, (long long)D,
+                (long long)F, E, (long long)K);
+    tpair x = {0}, ids = {0}, wts = {0}, y = {0}, y1 = {0};
+    tpair gate[16] = {{0}}, up[16] = {{0}}, down[16] = {{0}};
+    const glm53_tensor *gg[16] = {0}, *ug[16] = {0}, *dg[16] = {0};
+    glm53_expert_set set = {0};
+    NEED(moe_experts);
+    assert(E <= 16 && K <= E);
+    for (int32_t e = 0; e < E; e++) {
+        TRY(weight_pair(&gate[e], w_dt, 2, F, D, 1.5f / sqrtf((float)D), 0.0f, blk, blk));
+        TRY(weight_pair(&up[e], w_dt, 2, F, D, 1.5f / sqrtf((float)D), 0.0f, blk, blk));
+        TRY(weight_pair(&down[e], w_dt, 2, D, F, 1.0f / sqrtf((float)F), 0.0f, blk, blk));
+        gg[e] = gate[e].g, ug[e] = up[e].g, dg[e] = down[e].g;
+    }
+    int32_t *iv = hmem((size_t)(N * K) * sizeof(int32_t)), *scratch = hmem((size_t)E * sizeof(int32_t));
+    for (int64_t n = 0; n < N; n++) rand_distinct(iv + n * K, K, E, scratch);
+    TRY(act_pair(&x, BF16, randn(N * D, 1.0f, true), SHAPE(N, D)));
+    TRY(i32_pair(&ids, iv, SHAPE(N, K)));
+    TRY(act_pair(&wts, F32, randu(N * K, 0.1f, 1.0f, false), SHAPE(N, K)));
+    TRY(out_pair(&y, BF16, SHAPE(N, D)));
+    TRY(out_pair(&y1, BF16, SHAPE(N, D)));
+    set = (glm53_expert_set){.n_experts = E, .gate = gg, .up = ug, .down = dg};
+    if (gpu->ops->prepare_experts) TRY(gpu->ops->prepare_experts(gpu, &set));
+    TRY(gpu->ops->moe_experts(gpu, y.g, x.g, ids.g, wts.g, &set, 10.0f));
+    for (int64_t n = 0; n < N; n++) {
+        glm53_tensor xn = glm53_tensor_rows_view(x.g, n, 1), in = glm53_tensor_rows_view(ids.g, n, 1);
+        glm53_tensor wn = glm53_tensor_rows_view(wts.g, n, 1), yn = glm53_tensor_rows_view(y1.g, n, 1);
+        TRY(gpu->ops->moe_experts(gpu, &yn, &xn, &in, &wn, &set, 10.0f));
+    }
+    int64_t ne = N * D, differing = 0;
+    float *a = hmem((size_t)ne * sizeof(float)), *b = hmem((size_t)ne * sizeof(float));
+    TRY(fetch_f32(gpu, y.g, a));
+    TRY(fetch_f32(gpu, y1.g, b));
+    for (int64_t i = 0; i < ne; i++) differing += memcmp(&a[i], &b[i], sizeof(float)) != 0;
+    char note[120] = "";
+    if (differing) snprintf(note, sizeof note, "%lld values differ between one call and row-by-row calls", (long long)differing);
+    record(NULL, (double)differing, 0.0, differing == 0, note);
+done:
+    if (set.device) gpu->ops->release_experts(gpu, &set);
+    check_end();
+}
+
 static void check_moe_experts(int64_t N, int64_t D, int64_t F, int32_t E, int64_t K, int dt, int w_dt, int blk,
                               bool last_expert_unused) {
     check_moe_experts_held(N, D, F, E, K, dt, w_dt, blk, last_expert_unused, 0, 0);
@@ -1482,6 +1539,8 @@ static void group_moe(void) {
     check_moe_experts(1, 64, 32, 8, 2, BF16, BF16, 0, true);
     check_moe_experts(3, 130, 48, 6, 3, BF16, FP8, 16, false);   /* device path, K = 130: element-wise lanes */
     check_moe_experts(16, 4096, 2048, 12, 8, BF16, FP8, 128, false);   /* device path at its row limit */
+    check_moe_rows_invariant(16, 4096, 512, 10, 8, FP8, 128);    /* 128 slots on 10 experts: 12-13 rows each */
+    check_moe_rows_invariant(5, 256, 128, 4, 3, BF16, 0);
     check_moe_experts(5, 64, 32, 8, 2, F32, F32, 0, true);
     check_moe_experts(40, 130, 48, 6, 3, BF16, FP8, 16, false);
     check_moe_experts(40, 130, 48, 6, 3, F32, FP8, 16, false);
