@@ -511,6 +511,20 @@ describe("glm53 bench", function()
         assert.is_true(three >= 2 and three <= 6, out)   -- three rows: a union of 2 to 6 of the 8
         assert.matches("\n3 .- ([%d.]+) ms%s+[%d.]+\n", out)   -- its floor and ratio
     end)
+
+    it("--spec-k times speculative decoding at forced acceptance: K + 1 tokens a round, or one", function()
+        local out, rc = run(GLM53 .. "bench --model models/glm53-tiny --prompt 8 --decode 7 --repeat 1 --spec-k 0,2 " ..
+                            "--accept all,none,real")
+        assert.are.equal(0, rc, out)
+        assert.matches("speculative decoding, one greedy stream after a 8%-token prompt, 7 tokens", out)
+        assert.matches("\n0%s+%-%s+7%s+[%d.]+ ms%s+1%.00%s+[%d.]+%s+1%.00x", out)
+        assert.matches("\n2%s+all%s+3%s+[%d.]+ ms%s+2%.33%s", out)    -- 3 + 3 + 1 tokens
+        assert.matches("\n2%s+none%s+7%s+[%d.]+ ms%s+1%.00%s", out)
+        assert.matches("\n2%s+real%s+%d+%s+[%d.]+ ms", out)
+        out, rc = run(GLM53 .. "bench --model models/glm53-tiny --prompt 8 --decode 2 --repeat 1 --spec-k 1 --accept most")
+        assert.are_not.equal(0, rc)
+        assert.matches("%-%-accept: a comma%-separated list of all, none, real", out)
+    end)
 end)
 
 ---------------------------------------------------------------------------------------------------------------

@@ -381,3 +381,38 @@ describe("scripts/generate.lua", function()
         assert.matches("nosuch", out)
     end)
 end)
+
+describe("force_acceptance (timing speculative decoding at a fixed acceptance)", function()
+    local m
+    setup(function() m = assert(model.load("models/tiny", { threads = 1 })) end)
+    teardown(function() m:free() end)
+
+    it("takes every draft or none whatever the target says, and needs greedy streams", function()
+        local prompt = { 5, 6, 7, 8, 9 }
+        local function go(k, force)
+            local d = assert(spec.new(m, { k = k, force_acceptance = force }))
+            local s = assert(d:add(prompt, { max_new = 17 }))
+            assert(d:run())
+            local st = spec.summary(s.stats)
+            local out = { generated = s.generated, rounds = s.stats.target_steps, accepted = s.stats.spec_decode_num_accepted_tokens,
+                          drafted = s.stats.spec_decode_num_draft_tokens, rate = st.acceptance_rate }
+            d:free()
+            return out
+        end
+        local all, none = go(3, "all"), go(3, "none")
+        assert.are.equal(17, #all.generated)
+        assert.are.equal(5, all.rounds)             -- 4 + 4 + 4 + 4 + 1 tokens
+        assert.are.equal(1, all.rate)
+        assert.are.equal(17, #none.generated)
+        assert.are.equal(17, none.rounds)           -- one token a round
+        assert.are.equal(0, none.accepted)
+        -- "none" commits the target's own token every round: plain greedy's ids
+        assert.are.same(h.greedy(m, prompt, 17), none.generated)
+        assert.has_error(function() spec.new(m, { k = 2, force_acceptance = "some" }) end,
+                         "driver.new: force_acceptance must be 'all' or 'none'")
+        local d = assert(spec.new(m, { k = 2, force_acceptance = "all", sampling = { temperature = 0.7 } }))
+        assert.has_error(function() d:add(prompt, { max_new = 4 }) end,
+                         "driver:add: force_acceptance needs greedy streams (temperature 0, no policy)")
+        d:free()
+    end)
+end)

@@ -21,6 +21,13 @@ greedily together, N rows per step (what a server's continuous batching runs). T
 engine's step alone, best of --repeat runs of --decode steps), per row, tokens/s and the rows per second over the
 1-row step's, the routed experts the rows' routing read (distinct experts per MoE layer, mean over steps,
 recorded by one more untimed run) and the floor that union gives.
+
+--spec-k K[,K...] adds speculative decoding through the generation driver (glm53.generation.driver): for each K
+and each --accept mode, one greedy stream of the --prompt ids generates --decode tokens with K MTP drafts per
+round. "all" and "none" force the verdict (every draft taken: K + 1 tokens a round; none: 1), so the cost of a
+round at a given depth is measured on any checkpoint, random ones included, whose own acceptance means nothing;
+"real" keeps the model's verdict. Only the rounds are timed (the prefill is not); the table gives the rounds,
+the mean round, tokens per round, tokens/s and the speed over K = 0 (plain decoding through the same driver).
 ]]
 local cli = require("glm53.util.cli")
 local common = require("glm53.cli.common")
@@ -49,6 +56,10 @@ local M = {
         { "flops", type = "number", gt = 0, help = "dense BF16 peak, FLOP/s (CUDA default: H200's 7.9e14)" },
         { "batch", type = "ids", metavar = "N[,N...]",
           help = "also time decode steps of N sequences together (one row each), for each N" },
+        { "spec_k", type = "ids", metavar = "K[,K...]",
+          help = "also time speculative decoding with K MTP drafts per round, for each K (0: plain, same driver)" },
+        { "accept", default = "all,none", metavar = "LIST",
+          help = "acceptance for --spec-k: all (every draft taken), none, real (the model's verdict)" },
     }),
 }
 
@@ -142,7 +153,7 @@ end
 function M.run(args)
     local ffi = require("ffi")
     local clock = require("glm53.util.clock")
-    local ctx = common.load(args, { load = { load_mtp = false } })
+    local ctx = common.load(args, { load = { load_mtp = args.spec_k ~= nil and #args.spec_k > 0 } })
     local m = ctx.m
     local cfg = m.config
     local read_bytes, active, parts = decode_reads(ctx.dir, cfg, 1, args.prompt)
@@ -198,7 +209,62 @@ function M.run(args)
     print(string.format("%-26s %12s %12s %12.1f %10s", "decode (per token)", ms(best_decode, 3), ms(decode_floor, 3),
                         1 / best_decode, ratio(best_decode, decode_floor)))
     if args.batch and #args.batch > 0 then M.batched(args, ctx, prompt, bandwidth) end
+    if args.spec_k and #args.spec_k > 0 then M.speculative(args, ctx, prompt) end
     return true
+end
+
+-- Speculative decoding at forced or real acceptance (--spec-k, --accept): the best of --repeat runs per (K, mode).
+function M.speculative(args, ctx, prompt)
+    local driver = require("glm53.generation.driver")
+    local clock = require("glm53.util.clock")
+    local modes = {}
+    for mode in args.accept:gmatch("[^,]+") do
+        if mode ~= "all" and mode ~= "none" and mode ~= "real" then
+            cli.usage_error("--accept: a comma-separated list of all, none, real")
+        end
+        modes[#modes + 1] = mode
+    end
+    local ids = {}
+    for i = 0, args.prompt - 1 do ids[#ids + 1] = prompt[i] end
+    -- One run: seconds spent in rounds, tokens generated, target steps (rounds).
+    local function run(k, mode)
+        local d, err = driver.new(ctx.m, { k = k, sampling = { n_valid = ctx.n_valid },
+                                           force_acceptance = k > 0 and mode ~= "real" and mode or nil })
+        if not d then cli.fail(err) end
+        local s = d:add(ids, { max_new = args.decode })
+        local t0 = clock.now()
+        local ok, run_err = d:run()
+        local spent = clock.now() - t0
+        if not ok then d:free() cli.fail(run_err) end
+        local tokens, rounds = #s.generated, s.stats.target_steps
+        d:free()
+        return spent, tokens, rounds
+    end
+    local function best(k, mode)
+        local b
+        for _ = 1, args["repeat"] do
+            local spent, tokens, rounds = run(k, mode)
+            if not b or spent < b.spent then b = { spent = spent, tokens = tokens, rounds = rounds } end
+        end
+        return b
+    end
+    local plain = best(0, "real")
+    print(string.format("speculative decoding, one greedy stream after a %d-token prompt, %d tokens (best of %d; " ..
+                        "rounds timed, prefill not):", args.prompt, args.decode, args["repeat"]))
+    print(string.format("%-4s %-7s %8s %12s %14s %10s %10s", "K", "accept", "rounds", "round", "tokens/round",
+                        "tok/s", "vs K = 0"))
+    local function line(k, mode, r)
+        print(string.format("%-4d %-7s %8d %9.3f ms %14.2f %10.1f %9.2fx", k, mode, r.rounds, r.spent / r.rounds * 1e3,
+                            r.tokens / r.rounds, r.tokens / r.spent,
+                            (r.tokens / r.spent) / (plain.tokens / plain.spent)))
+    end
+    line(0, "-", plain)
+    for _, k in ipairs(args.spec_k) do
+        if k < 0 then cli.usage_error("--spec-k: every K must be at least 0") end
+        if k > 0 then
+            for _, mode in ipairs(modes) do line(k, mode, best(k, mode)) end
+        end
+    end
 end
 
 -- Batched decode: for each N of --batch, the best mean time of a decode step over N sequences (one row each), after

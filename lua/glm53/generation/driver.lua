@@ -190,7 +190,10 @@ end
 -- see glm53.engine.sampler), draft (a draft policy) - the defaults of every stream -, max_seqs (streams at
 -- once, default 1), chunk (prefill rows per step, default 256), tokenizer (a glm53.engine.tokenizer:
 -- sampling.n_valid defaults to its n_vocab()), prefill ("sync", default: d:add prefills at once; "rounds":
--- prefill chunks ride in the rounds), step (function(batch, mtp_opts) -> ok, err: runs every step).
+-- prefill chunks ride in the rounds), step (function(batch, mtp_opts) -> ok, err: runs every step),
+-- force_acceptance ("all" or "none", greedy streams only: every draft is taken, or none is, whatever the target
+-- says; for timing speculative decoding at fixed acceptance (glm53 bench --spec-k), the tokens are then not the
+-- model's).
 function M.new(m, opts)
     if type(m) ~= "table" or not m.vocab_size then error("driver.new: m must be a model", 2) end
     opts = opts or {}
@@ -216,6 +219,10 @@ function M.new(m, opts)
     local prefill = opts.prefill or "sync"
     if prefill ~= "sync" and prefill ~= "rounds" then error("driver.new: prefill must be 'sync' or 'rounds'", 2) end
     if opts.step ~= nil and type(opts.step) ~= "function" then error("driver.new: step must be a function", 2) end
+    local force = opts.force_acceptance
+    if force ~= nil and force ~= "all" and force ~= "none" then
+        error("driver.new: force_acceptance must be 'all' or 'none'", 2)
+    end
 
     local n_mtp = m:n_mtp()
     if k > 0 and n_mtp == 0 then
@@ -237,6 +244,7 @@ function M.new(m, opts)
     local self = setmetatable({
         m = m, k = k, n_mtp = n_mtp, sampling = sampling, policy = opts.policy, draft = opts.draft,
         max_seqs = max_seqs, chunk = chunk, V = V, D = D, rounds = rounds, step_fn = opts.step,
+        force_acceptance = force,
         streams = {},                 -- active streams, in add order
         stats = new_stats(k),
         vb = m:batch({ rows = vb_rows, seqs = max_seqs, outputs = vb_rows, hidden = k > 0 }),
@@ -717,6 +725,10 @@ function Driver:add(prompt, opts)
     s.sampler:add_prompt(s.all)
     s.n_valid = valid_ids(sopts, self.V)
     s.mode = s.policy and "policy" or (s.sampler:greedy() and "greedy" or "sample")
+    if self.force_acceptance and s.mode ~= "greedy" then
+        s.sampler:free()
+        error("driver:add: force_acceptance needs greedy streams (temperature 0, no policy)", 2)
+    end
     s.q = s.mode == "sample" and k > 0 and ffi.new("float[?]", k * self.V) or nil
     s.ctx = { stream = s, tokens = s.all, generated = s.generated, sampler = s.sampler, drafts = s.drafts }
     s.done = false
@@ -923,6 +935,8 @@ function Driver:_accept(s, off)
             tok, err = smp:sample(row)
             if not tok then return nil, err end
             stands = tok == draft
+            if self.force_acceptance == "all" and draft then tok, stands = draft, true
+            elseif self.force_acceptance == "none" then stands = false end
         elseif s.mode == "sample" then
             local p
             p, err = smp:probs(row, self.pbuf)

@@ -4,7 +4,8 @@
 # flash --mtp, about 45 GB into /tmp), then the decode profile at batch 1 at contexts 2048 and 8192 (eager step,
 # graph replay, per-kernel table: tests/cuda/profile_step.c) and glm53 bench's floor table with the batched rows
 # (the union of experts the rows read). Run there from the project root, carrying .h200 (tests/cuda/h200/pack.sh)
-# and .debs; BATCH (default 1,8) and PROMPT (default 2048) set the bench rows. Output and logs go to $OUT.
+# and .debs; BATCH (default 1,8) and PROMPT (default 2048) set the bench rows; SPEC=1,2,3,4 adds MTP rounds at
+# forced acceptance (glm53 bench --spec-k). Output and logs go to $OUT.
 set -u
 . tests/cuda/h200/setup.sh
 df -h /tmp | tail -1
@@ -18,3 +19,7 @@ done
 el "profiles"; grep -E '^/tmp|decode step' $p
 timeout 300 luajit scripts/bench.lua --model /tmp/flash --device cuda --prompt ${PROMPT:-2048} --decode 16 --repeat 1 \
   --batch ${BATCH:-1,8} > $o/flash_bench.txt 2>&1; el "bench: rc=$?"; cat $o/flash_bench.txt
+if [ -n "${SPEC:-}" ]; then   # MTP at forced acceptance (the decode issue's item 4): SPEC=1,2,3,4
+  timeout 300 luajit scripts/bench.lua --model /tmp/flash --device cuda --prompt ${PROMPT:-2048} --decode 32 --repeat 1 \
+    --spec-k 0,$SPEC --accept all,none > $o/flash_spec.txt 2>&1; el "spec bench: rc=$?"; tail -12 $o/flash_spec.txt
+fi
