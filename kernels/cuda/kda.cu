@@ -51,6 +51,19 @@ __global__ void kda_gate_kernel(float *g, act_in f, weight_ref A_log, weight_ref
     }
 }
 
+/* Token t of head h into shared memory for the state update, between the caller's barriers: its k and q rows,
+ * exp(g) (the decay per row of the state) and beta (by thread 0). */
+__device__ inline void kda_stage_token(float *k_t, float *q_t, float *decay, float *beta_t, act_in q, act_in k,
+                                       const float *g, const float *beta, int64_t t, int64_t H, int64_t h, int64_t dk) {
+    const int64_t row = (t * H + h) * dk;
+    for (int64_t i = threadIdx.x; i < dk; i += blockDim.x) {
+        k_t[i] = k[row + i];
+        q_t[i] = q[row + i];
+        decay[i] = expf(g[row + i]);
+    }
+    if (threadIdx.x == 0) *beta_t = beta[t * H + h];
+}
+
 /* One block per head h; blockDim.x >= dv (a multiple of 32); thread j < dv owns column j.
  * q, k [T,H,dk], v [T,H,dv] activations; g [T,H,dk], beta [T,H] F32; o [T,H,dv]; states [ring,H,dk,dv] F32;
  * slots [T+1] I32: the state is read from slot slots[0] and written after row t to slot slots[1+t] (>= 0).
@@ -70,13 +83,7 @@ __global__ void kda_recurrent_kernel(act_out o, act_in q, act_in k, act_in v, co
 
     for (int64_t t = 0; t < T; t++) {
         __syncthreads();   /* S loaded; the previous token's reads of k_t, q_t, decay, beta_t are done */
-        int64_t row = (t * H + h) * dk;
-        for (int64_t i = threadIdx.x; i < dk; i += blockDim.x) {
-            k_t[i] = k[row + i];
-            q_t[i] = q[row + i];
-            decay[i] = expf(g[row + i]);
-        }
-        if (threadIdx.x == 0) beta_t = beta[t * H + h];
+        kda_stage_token(k_t, q_t, decay, &beta_t, q, k, g, beta, t, H, h, dk);
         __syncthreads();
         if (!owns_column) continue;
 
@@ -130,13 +137,7 @@ kda_recurrent_few_kernel(act_out o, act_in q, act_in k, act_in v, const float *g
 
     for (int64_t t = 0; t < T; t++) {
         __syncthreads();   /* the previous token's reads of k_t, q_t, decay, beta_t are done */
-        const int64_t row = (t * H + h) * dk;
-        for (int64_t i = threadIdx.x; i < dk; i += blockDim.x) {
-            k_t[i] = k[row + i];
-            q_t[i] = q[row + i];
-            decay[i] = expf(g[row + i]);
-        }
-        if (threadIdx.x == 0) beta_t = beta[t * H + h];
+        kda_stage_token(k_t, q_t, decay, &beta_t, q, k, g, beta, t, H, h, dk);
         __syncthreads();
 
         /* S <- S * exp(g) by rows; u = beta (v - S^T k): the quarter's sum, then the four added by shuffles

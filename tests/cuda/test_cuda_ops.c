@@ -316,6 +316,25 @@ static glm53_status fetch_f32(glm53_backend *be, const glm53_tensor *t, float *d
     return GLM53_OK;
 }
 
+/* Adds to *count the values of two GPU tensors of one shape whose bits differ (compared as F32, which a BF16
+ * value converts to exactly): the rows-invariant checks' measure. */
+static glm53_status count_differing(const glm53_tensor *a, const glm53_tensor *b, int64_t *count) {
+    int64_t n = glm53_tensor_numel(a);
+    assert(glm53_tensor_numel(b) == n);
+    float *va = hmem((size_t)n * sizeof(float)), *vb = hmem((size_t)n * sizeof(float));
+    GLM53_TRY(fetch_f32(gpu, a, va));
+    GLM53_TRY(fetch_f32(gpu, b, vb));
+    for (int64_t i = 0; i < n; i++) *count += memcmp(&va[i], &vb[i], sizeof(float)) != 0;
+    return GLM53_OK;
+}
+
+/* Records a rows-invariant check: passed when no value differed between one call and row-by-row calls. */
+static void record_differing(int64_t differing) {
+    char note[120] = "";
+    if (differing) snprintf(note, sizeof note, "%lld values differ between one call and row-by-row calls", (long long)differing);
+    record(NULL, (double)differing, 0.0, differing == 0, note);
+}
+
 /* The same tensor on both backends: `c` on the CPU, `g` on CUDA. */
 typedef struct {
     glm53_tensor *c, *g;
@@ -914,17 +933,10 @@ static void check_mhc_pre_rows_invariant(int64_t N, int64_t S, int64_t D) {
         TRY(gpu->ops->mhc_pre(gpu, &xn, &pn, &cn, &Hn, fn.g, base.g, scale.g, 1e-5f, 1e-6f, 20));
     }
     int64_t differing = 0;
-    const tpair *all[3] = {&x, &post, &comb}, *one[3] = {&x1, &post1, &comb1};
-    for (int t = 0; t < 3; t++) {
-        int64_t ne = glm53_tensor_numel(all[t]->g);
-        float *a = hmem((size_t)ne * sizeof(float)), *b = hmem((size_t)ne * sizeof(float));
-        TRY(fetch_f32(gpu, all[t]->g, a));
-        TRY(fetch_f32(gpu, one[t]->g, b));
-        for (int64_t i = 0; i < ne; i++) differing += memcmp(&a[i], &b[i], sizeof(float)) != 0;
-    }
-    char note[120] = "";
-    if (differing) snprintf(note, sizeof note, "%lld values differ between one call and row-by-row calls", (long long)differing);
-    record(NULL, (double)differing, 0.0, differing == 0, note);
+    TRY(count_differing(x.g, x1.g, &differing));
+    TRY(count_differing(post.g, post1.g, &differing));
+    TRY(count_differing(comb.g, comb1.g, &differing));
+    record_differing(differing);
 done:
     check_end();
 }
@@ -1013,18 +1025,10 @@ static void check_kda_rows_invariant(int64_t H, int64_t dk, int64_t dv, int64_t 
         glm53_tensor bt = glm53_tensor_rows_view(beta.g, t, 1), ot = glm53_tensor_rows_view(o_one.g, t, 1);
         TRY(gpu->ops->kda_recurrent(gpu, &ot, &qt, &kt, &vt, &gt, &bt, s_one.g, slots_one.g));
     }
-    int64_t no = rows * dv, ns = H * dk * dv, differing = 0;
-    float *a = hmem((size_t)no * sizeof(float)), *b = hmem((size_t)no * sizeof(float));
-    float *sa = hmem((size_t)ns * sizeof(float)), *sb = hmem((size_t)ns * sizeof(float));
-    TRY(fetch_f32(gpu, o_all.g, a));
-    TRY(fetch_f32(gpu, o_one.g, b));
-    TRY(fetch_f32(gpu, s_all.g, sa));
-    TRY(fetch_f32(gpu, s_one.g, sb));
-    for (int64_t i = 0; i < no; i++) differing += memcmp(&a[i], &b[i], sizeof(float)) != 0;
-    for (int64_t i = 0; i < ns; i++) differing += memcmp(&sa[i], &sb[i], sizeof(float)) != 0;
-    char note[120] = "";
-    if (differing) snprintf(note, sizeof note, "%lld values differ between one call and row-by-row calls", (long long)differing);
-    record(NULL, (double)differing, 0.0, differing == 0, note);
+    int64_t differing = 0;
+    TRY(count_differing(o_all.g, o_one.g, &differing));
+    TRY(count_differing(s_all.g, s_one.g, &differing));
+    record_differing(differing);
 done:
     check_end();
 }
@@ -1288,14 +1292,9 @@ static void check_moe_rows_invariant(int64_t N, int64_t D, int64_t F, int32_t E,
         glm53_tensor wn = glm53_tensor_rows_view(wts.g, n, 1), yn = glm53_tensor_rows_view(y1.g, n, 1);
         TRY(gpu->ops->moe_experts(gpu, &yn, &xn, &in, &wn, &set, 10.0f));
     }
-    int64_t ne = N * D, differing = 0;
-    float *a = hmem((size_t)ne * sizeof(float)), *b = hmem((size_t)ne * sizeof(float));
-    TRY(fetch_f32(gpu, y.g, a));
-    TRY(fetch_f32(gpu, y1.g, b));
-    for (int64_t i = 0; i < ne; i++) differing += memcmp(&a[i], &b[i], sizeof(float)) != 0;
-    char note[120] = "";
-    if (differing) snprintf(note, sizeof note, "%lld values differ between one call and row-by-row calls", (long long)differing);
-    record(NULL, (double)differing, 0.0, differing == 0, note);
+    int64_t differing = 0;
+    TRY(count_differing(y.g, y1.g, &differing));
+    record_differing(differing);
 done:
     if (set.device) gpu->ops->release_experts(gpu, &set);
     check_end();
