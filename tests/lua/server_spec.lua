@@ -131,6 +131,46 @@ describe("server", function()
         assert.are.same(ref.ids, r.json.choices[1].token_ids)
     end)
 
+    it("JSON mode (response_format json_object, or the json policy): the content is JSON, streamed or not", function()
+        local json_policy = dofile("scripts/policies/json.lua")
+        local body = { messages = USER, max_tokens = 40, seed = 5, response_format = { type = "json_object" } }
+        local r = chat(srv, body)
+        assert.are.equal(200, r.status, r.body)
+        local msg, choice = r.json.choices[1].message, r.json.choices[1]
+        -- without a thinking block: the value is the content, none of it reasoning
+        assert.is_string(msg.content, r.body)
+        assert.are.equal(cjson.null, msg.reasoning_content, r.body)
+        local is_prefix, complete = json_policy.prefix(msg.content)
+        assert.is_true(is_prefix, msg.content)
+        -- the policy ends the output when the value is complete, or when none of the candidates it sees keeps the
+        -- text JSON (random weights: it happens), each with its reason
+        if choice.finish_reason == "stop" then
+            assert.are.equal(complete, choice.stop_reason == "JSON value complete", r.body)
+        else
+            assert.are.equal("length", choice.finish_reason, r.body)
+        end
+        -- streamed, the same seed: the deltas add up to the same content
+        body.stream = true
+        local sr = H.post(srv, "/v1/chat/completions", body)
+        assert.are.equal(200, sr.status, sr.body)
+        local text = {}
+        for data in sr.body:gmatch("data: (%b{})") do
+            local delta = cjson.decode(data).choices[1].delta
+            assert.is_nil(delta.reasoning_content, data)
+            text[#text + 1] = type(delta.content) == "string" and delta.content or nil
+        end
+        assert.are.equal(msg.content, table.concat(text))
+        -- the policy by name, as a request field
+        r = chat(srv, { messages = USER, max_tokens = 40, seed = 5, policy = "json" })
+        assert.are.equal(200, r.status, r.body)
+        msg = r.json.choices[1].message
+        local out = {}   -- with thinking on, the value may be parsed as reasoning: both fields, in order
+        for _, field in ipairs({ "reasoning_content", "content" }) do
+            if type(msg[field]) == "string" then out[#out + 1] = msg[field] end
+        end
+        assert.is_true(json_policy.prefix(table.concat(out)), r.body)
+    end)
+
     it("speculative decoding (MTP drafts, fixed or adaptive) keeps the greedy output and counts drafts", function()
         local base = chat(srv, { messages = USER, max_tokens = 30, temperature = 0, return_token_ids = true })
         local before = H.metric(H.metrics(srv), "vllm:spec_decode_num_drafts_total")

@@ -267,14 +267,25 @@ end
 ---------------------------------------------------------------------------------------------------------------
 -- Policies and speculative decoding per request
 ---------------------------------------------------------------------------------------------------------------
+-- Whether v can be called: a function, or a table whose metatable has __call (scripts/policies/json.lua is one,
+-- so that the module also exposes its automaton).
+local function callable(v)
+    if type(v) == "function" then return true end
+    local mt = type(v) == "table" and getmetatable(v)
+    return mt and type(mt.__call) == "function" or false
+end
+
 -- The constructor policy_dir/FILE.lua returns, kept in cache[name]; nil when there is no such file. A file that
--- does not load fails the request (param: the request field; what: "policy" or "draft policy").
+-- does not load, or returns no constructor, fails the request (param: the request field; what: "policy" or
+-- "draft policy").
 local function load_policy_file(app, cache, name, file, param, what)
     local chunk = loadfile(app.policy_dir .. "/" .. file .. ".lua")
     if not chunk then return nil end
     local ok, made = pcall(chunk)
-    if not ok or type(made) ~= "function" then
-        params.fail(400, what .. " '" .. name .. "' did not load: " .. tostring(made), param)
+    if not ok then params.fail(400, what .. " '" .. name .. "' did not load: " .. tostring(made), param) end
+    if not callable(made) then
+        params.fail(400, what .. " '" .. name .. "' did not load: " .. file .. ".lua returned a " .. type(made) ..
+                    ", not a policy constructor (a function of the options)", param)
     end
     cache[name] = made
     return made

@@ -187,9 +187,12 @@ local function chat_completions(req, res, app)
     local top = params.integer(body, "top_logprobs", { min = 0, max = 20 })
     if top and not want_lp then params.fail(400, "'top_logprobs' needs 'logprobs': true", "top_logprobs") end
     if want_lp then g.logprobs = top or 0 end
+    -- JSON mode: the json policy (scripts/policies/json.lua) constrains every token from the first, so the
+    -- request runs without a thinking block (as enable_thinking = false): the value is the message's content.
     local rf = params.object(body, "response_format")
     if rf and (params.value(rf, "type") == "json_object") and not g.new_policy then
         g.new_policy = app:resolve_policy("json")
+        thinking = false
     end
     local p = prompt.chat(app, messages, {
         tools = tools, reasoning_effort = type(effort) == "string" and effort or nil,
