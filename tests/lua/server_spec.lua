@@ -171,6 +171,68 @@ describe("server", function()
         assert.is_true(json_policy.prefix(table.concat(out)), r.body)
     end)
 
+    it("tool_choice required or a named function forces a call to one of the tools (OpenAI and Anthropic)", function()
+        local function tool(name)
+            return { type = "function", ["function"] = { name = name, parameters = { type = "object",
+                     properties = { city = { type = "string" } } } } }
+        end
+        local tools = { tool("get_weather"), tool("get_time") }
+        -- The generated text, special tokens included. Random weights: the arguments after the name are noise
+        -- and may not close the call, so the text is checked rather than the parsed tool_calls.
+        local function generated(ids)
+            local r = H.post(srv, "/detokenize", { tokens = ids })
+            assert.are.equal(200, r.status, r.body)
+            return r.json.prompt
+        end
+        local function called(text)
+            return text:match("^<tool_call>([%w_]+)<arg_key>") or text:match("^<tool_call>([%w_]+)</tool_call>")
+        end
+        local no_thinking = { enable_thinking = false }   -- the call comes first (else after </think>)
+        for _, case in ipairs({ { choice = { type = "function", ["function"] = { name = "get_time" } }, names = { get_time = true } },
+                                { choice = "required", names = { get_weather = true, get_time = true } } }) do
+            for _, seed in ipairs({ 1, 2, 3 }) do
+                local r = chat(srv, { messages = USER, tools = tools, tool_choice = case.choice, max_tokens = 24,
+                                      temperature = 1, seed = seed, chat_template_kwargs = no_thinking,
+                                      return_token_ids = true })
+                assert.are.equal(200, r.status, r.body)
+                local text = generated(r.json.choices[1].token_ids)
+                assert.is_true(case.names[called(text) or ""] ~= nil, text)
+            end
+        end
+        -- with thinking on, the call follows the reasoning
+        local r = chat(srv, { messages = USER, tools = tools, tool_choice = "required", max_tokens = 400, seed = 4,
+                              return_token_ids = true })
+        assert.are.equal(200, r.status, r.body)
+        local text = generated(r.json.choices[1].token_ids)
+        local after = text:match("</think>(.*)$")
+        assert.is_string(after, text)
+        assert.is_string(called(after), text)
+        -- Anthropic: {"type": "tool", "name": N} (thinking is off unless asked for)
+        local a = H.post(srv, "/v1/messages", { model = "tiny", max_tokens = 24, messages = USER,
+                                               tools = { { name = "get_weather", input_schema = { type = "object" } },
+                                                         { name = "get_time", input_schema = { type = "object" } } },
+                                               tool_choice = { type = "tool", name = "get_weather" },
+                                               return_token_ids = true })
+        assert.are.equal(200, a.status, a.body)
+        -- the call as a parsed tool_use block when the noise closed it, else the raw text
+        local block = a.json.content[1]
+        if block.type == "tool_use" then
+            assert.are.equal("get_weather", block.name)
+        else
+            assert.matches("^<tool_call>get_weather", block.text)
+        end
+        -- the request errors
+        for _, bad in ipairs({ { tool_choice = "required" },
+                               { tools = tools, tool_choice = { type = "function", ["function"] = { name = "nope" } } },
+                               { tools = tools, tool_choice = 5 },
+                               { tools = tools, tool_choice = "required", policy = "typical" } }) do
+            bad.messages = USER
+            local e = chat(srv, bad)
+            assert.are.equal(400, e.status, e.body)
+            assert.are.equal("tool_choice", e.json.error.param, e.body)
+        end
+    end)
+
     it("speculative decoding (MTP drafts, fixed or adaptive) keeps the greedy output and counts drafts", function()
         local base = chat(srv, { messages = USER, max_tokens = 30, temperature = 0, return_token_ids = true })
         local before = H.metric(H.metrics(srv), "vllm:spec_decode_num_drafts_total")

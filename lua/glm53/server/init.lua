@@ -292,7 +292,8 @@ local function load_policy_file(app, cache, name, file, param, what)
 end
 
 -- A request's "policy" ("name" or {"name": ..., options...}) -> a constructor of one policy per stream, or nil.
-function App:resolve_policy(spec)
+-- extra: options the server adds (the tool_choice policy's names, say).
+function App:resolve_policy(spec, extra)
     if spec == nil then return nil end
     local name, popts = spec, {}
     if type(spec) == "table" then
@@ -304,11 +305,20 @@ function App:resolve_policy(spec)
     end
     local ctor = self.policies[name] or load_policy_file(self, self.policies, name, name, "policy", "policy")
     if not ctor then params.fail(400, "unknown policy '" .. name .. "'", "policy") end
+    for k, v in pairs(extra or {}) do popts[k] = v end
     popts.vocab_size = self.model.vocab_size
     popts.tokenizer = self.tokenizer
     local ok, probe = pcall(ctor, popts)   -- bad options fail the request now, not on the engine loop
     if not ok then params.fail(400, "policy '" .. name .. "': " .. tostring(probe):gsub("^[^:]*:%d+: ", ""), "policy") end
     return function() return ctor(popts) end
+end
+
+-- A request's forced tool call (OpenAI tool_choice "required" or a named function, Anthropic "any" or "tool"):
+-- names lists the functions the call may name; thinking, whether the prompt left the think block open. The
+-- request's own "policy" and a forced call do not combine (400).
+function App:tool_choice_policy(g, names, thinking, param)
+    if g.new_policy then params.fail(400, "'" .. param .. "' that forces a tool call cannot be combined with 'policy'", param) end
+    g.new_policy = self:resolve_policy("tool_choice", { names = names, thinking = thinking })
 end
 
 local BUILTIN_DRAFTS = {

@@ -150,6 +150,26 @@ local function to_openai_tools(body)
     return out
 end
 
+-- The function names a forced call may take: every tool's for {"type": "any"}, the one of {"type": "tool", "name":
+-- N} (among the tools); nil for "auto", "none" and no tool_choice. tools: the request's, as OpenAI tools.
+local function forced_call_names(body, tools)
+    local tc = params.object(body, "tool_choice")
+    local kind = tc and params.value(tc, "type")
+    if kind == nil or kind == "auto" or kind == "none" then return nil end
+    if kind ~= "any" and kind ~= "tool" then
+        params.fail(400, "tool_choice.type must be \"auto\", \"any\", \"tool\" or \"none\"", "tool_choice")
+    end
+    if not tools then params.fail(400, "tool_choice forces a tool call, but the request has no tools", "tool_choice") end
+    local names = {}
+    for i, t in ipairs(tools) do names[i] = t["function"].name end
+    if kind == "any" then return names end
+    local name = params.value(tc, "name")
+    for _, n in ipairs(names) do
+        if n == name then return { n } end
+    end
+    params.fail(400, "tool_choice names the tool '" .. tostring(name) .. "', which is not among the tools", "tool_choice")
+end
+
 local function thinking_enabled(body)
     local t = params.object(body, "thinking")
     return t ~= nil and t.type == "enabled"
@@ -178,6 +198,8 @@ local function messages(req, res, app)
                                              stop_key = "stop_sequences", max_temperature = 1 })
     g.n = 1
     local p, tools, thinking = build(app, body)
+    local call_names = forced_call_names(body, tools)
+    if call_names then app:tool_choice_policy(g, call_names, thinking, "tool_choice") end
     g.prompt, g.media, g.boundary = p.ids, p.media, p.boundary
     g.max_tokens = prompt.check_length(app, #p.ids, g.max_tokens, "messages")
     g.parse = { tools = tools, thinking = thinking, tool_calls = tools ~= nil }

@@ -169,6 +169,32 @@ local function check_tools(body)
     return tools
 end
 
+-- The function names a forced call may take: all of the tools' for "required", the one named by {"type":
+-- "function", "function": {"name": N}} (which must be among the tools); nil for "auto", "none" and no tool_choice.
+local function forced_call_names(tool_choice, tools)
+    if tool_choice == nil or tool_choice == "auto" or tool_choice == "none" then return nil end
+    local function tool_name(t) return (t["function"] or t).name end
+    if (tool_choice == "required" or params.kind_of(tool_choice) == "object") and not tools then
+        params.fail(400, "'tool_choice' forces a tool call, but the request has no 'tools'", "tool_choice")
+    end
+    if tool_choice == "required" then
+        local names = {}
+        for i, t in ipairs(tools) do names[i] = tool_name(t) end
+        return names
+    end
+    local is_object = params.kind_of(tool_choice) == "object"
+    local fn = is_object and params.value(tool_choice, "function")
+    local name = params.kind_of(fn) == "object" and params.value(fn, "name")
+    if not is_object or params.value(tool_choice, "type") ~= "function" or type(name) ~= "string" then
+        params.fail(400, "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", " ..
+                    "\"function\": {\"name\": ...}}", "tool_choice")
+    end
+    for _, t in ipairs(tools) do
+        if tool_name(t) == name then return { name } end
+    end
+    params.fail(400, "'tool_choice' names the function '" .. name .. "', which is not among the 'tools'", "tool_choice")
+end
+
 local function chat_completions(req, res, app)
     if not app:ready_or_fail(req, res) then return end
     local body = params.decode(req.body)
@@ -177,6 +203,7 @@ local function chat_completions(req, res, app)
     if #messages == 0 then params.fail(400, "'messages' must not be empty", "messages") end
     local tools = check_tools(body)
     local tool_choice = params.value(body, "tool_choice")
+    local call_names = forced_call_names(tool_choice, tools)
     if tool_choice == "none" then tools = nil end
     local kwargs = params.object(body, "chat_template_kwargs") or {}
     local effort = params.string(body, "reasoning_effort") or params.value(kwargs, "reasoning_effort")
@@ -194,6 +221,7 @@ local function chat_completions(req, res, app)
         g.new_policy = app:resolve_policy("json")
         thinking = false
     end
+    if call_names then app:tool_choice_policy(g, call_names, thinking, "tool_choice") end
     local p = prompt.chat(app, messages, {
         tools = tools, reasoning_effort = type(effort) == "string" and effort or nil,
         clear_thinking = params.value(kwargs, "clear_thinking"), thinking = thinking,
