@@ -317,7 +317,9 @@ end
 -- names lists the functions the call may name; thinking, whether the prompt left the think block open. The
 -- request's own "policy" and a forced call do not combine (400).
 function App:tool_choice_policy(g, names, thinking, param)
-    if g.new_policy then params.fail(400, "'" .. param .. "' that forces a tool call cannot be combined with 'policy'", param) end
+    if g.new_policy then
+        params.fail(400, "'" .. param .. "' that forces a tool call cannot be combined with 'policy' or JSON mode", param)
+    end
     g.new_policy = self:resolve_policy("tool_choice", { names = names, thinking = thinking })
 end
 
