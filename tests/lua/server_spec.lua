@@ -171,6 +171,29 @@ describe("server", function()
         assert.is_true(json_policy.prefix(table.concat(out)), r.body)
     end)
 
+    it("continue_final_message continues the assistant's message as content, equal to generate.lua", function()
+        local messages = { { role = "user", content = "Count to five." }, { role = "assistant", content = "1, 2," } }
+        local t = H.post(srv, "/tokenize", { messages = messages, add_generation_prompt = false })
+        assert.are.equal(200, t.status, t.body)
+        for _, body in ipairs({ { continue_final_message = true }, { add_generation_prompt = false } }) do
+            body.messages, body.max_tokens, body.temperature, body.return_token_ids = messages, 12, 0, true
+            local r = chat(srv, body)
+            assert.are.equal(200, r.status, r.body)
+            assert.are.same(t.json.tokens, r.json.prompt_token_ids)
+            local ref = H.generate("--model models/tiny --tokens " .. ids_csv(t.json.tokens) .. " --max-tokens 12 " ..
+                                   "--stop-ids " .. stops)
+            assert.are.same(ref.ids, r.json.choices[1].token_ids)
+            -- the template left the think block closed: the continuation is content, none of it reasoning
+            assert.are.equal(cjson.null, r.json.choices[1].message.reasoning_content, r.body)
+        end
+        for _, bad in ipairs({ { messages = messages, continue_final_message = true, add_generation_prompt = true },
+                               { messages = USER, continue_final_message = true } }) do
+            local e = chat(srv, bad)
+            assert.are.equal(400, e.status, e.body)
+            assert.are.equal("continue_final_message", e.json.error.param, e.body)
+        end
+    end)
+
     it("tool_choice required or a named function forces a call to one of the tools (OpenAI and Anthropic)", function()
         local function tool(name)
             return { type = "function", ["function"] = { name = name, parameters = { type = "object",

@@ -221,15 +221,28 @@ local function chat_completions(req, res, app)
         g.new_policy = app:resolve_policy("json")
         thinking = false
     end
-    if call_names then app:tool_choice_policy(g, call_names, thinking, "tool_choice") end
+    -- Without a generation prompt the output continues the last message as the template left it (an assistant
+    -- message's content: its think block closed), so it starts as content, not reasoning (vLLM's
+    -- continue_final_message, which implies add_generation_prompt = false).
+    local continue_final = params.boolean(body, "continue_final_message", { default = false })
+    local add_generation_prompt = params.boolean(body, "add_generation_prompt", { default = not continue_final })
+    if continue_final and add_generation_prompt then
+        params.fail(400, "'continue_final_message' and 'add_generation_prompt' cannot both be true",
+                    "continue_final_message")
+    end
+    if continue_final and params.value(messages[#messages], "role") ~= "assistant" then
+        params.fail(400, "'continue_final_message' needs an assistant message last", "continue_final_message")
+    end
+    local reasoning_first = thinking and add_generation_prompt   -- the output starts inside the think block
+    if call_names then app:tool_choice_policy(g, call_names, reasoning_first, "tool_choice") end
     local p = prompt.chat(app, messages, {
         tools = tools, reasoning_effort = type(effort) == "string" and effort or nil,
         clear_thinking = params.value(kwargs, "clear_thinking"), thinking = thinking,
-        add_generation_prompt = params.boolean(body, "add_generation_prompt", { default = true }),
+        add_generation_prompt = add_generation_prompt,
     })
     g.prompt, g.media, g.boundary = p.ids, p.media, p.boundary
     g.max_tokens = prompt.check_length(app, #p.ids, g.max_tokens, "messages")
-    g.parse = { tools = tools, thinking = thinking, tool_calls = tools ~= nil and #tools > 0 }
+    g.parse = { tools = tools, thinking = reasoning_first, tool_calls = tools ~= nil and #tools > 0 }
     local stream = params.boolean(body, "stream", { default = false })
     local include_usage = stream and stream_usage(body)
     local id, created = request_id("chatcmpl-"), os.time()
