@@ -4,7 +4,7 @@ serve.lua - an OpenAI- and Anthropic-compatible HTTP server for a GLM-5.3 checkp
 
     luajit scripts/serve.lua [--model DIR] [--host 127.0.0.1] [--port 8080] [--device cpu|cuda] [--tp N] [--ep N]
                              [--api-key KEY] [--served-model-name NAME] [--max-num-seqs N] [--max-model-len N]
-                             [--max-queue N] [--script app.lua ...]
+                             [--max-queue N] [--allowed-origins LIST] [--script app.lua ...]
 
 --model defaults to the bundled models/glm53-tiny; the model name to the directory's base name. --tp, --ep and
 --communicator spread the model over ranks (docs/multi-gpu.md), as on every command that loads one. The server
@@ -31,6 +31,8 @@ local command = {
         { "served_model_name", metavar = "NAME", help = "model name clients use (default: the directory's name)" },
         { "script", list = true, metavar = "FILE", help = "a Lua file returning function(app)" },
         { "policy_dir", metavar = "DIR", help = "where request policies are found (default scripts/policies)" },
+        { "allowed_origins", metavar = "LIST", default = "*",
+          help = "origins whose pages may call the server from a browser (CORS): *, comma-separated origins, or none" },
         "Limits and scheduling:",
         { "max_num_seqs", type = "integer", min = 1, default = 16, help = "sequences in the running batch" },
         { "max_model_len", type = "integer", min = 2, default = 8192, help = "prompt + output tokens per request" },
@@ -43,6 +45,14 @@ local command = {
     }),
 }
 
+-- --allowed-origins: "*", "none", or origins separated by commas -> the list server.new takes.
+local function origins(list)
+    local out = {}
+    if list == "none" then return out end
+    for o in list:gmatch("[^,%s]+") do out[#out + 1] = o end
+    return out
+end
+
 function command.run(args)
     local uv = require("luv")
     local server = require("glm53.server")
@@ -53,6 +63,7 @@ function command.run(args)
         max_model_len = args.max_model_len, max_queue = args.max_queue, prefill_chunk = args.prefill_chunk,
         speculative_max = args.speculative_max, prefix_cache_bytes = math.floor(args.prefix_cache_mb * 1024 * 1024),
         max_body_bytes = math.floor(args.max_body_mb * 1024 * 1024), policy_dir = args.policy_dir,
+        allowed_origins = origins(args.allowed_origins),
     })
     if not made then cli.fail(cli.one_line(app)) end
     for _, path in ipairs(args.script) do

@@ -57,7 +57,7 @@ describe("server with real clients", function()
         end
     end)
 
-    it("headless Chromium loads GET /, sends a message and shows the streamed answer (screenshot)", function()
+    it("headless Chromium loads GET /, sends a message and shows the streamed answer (screenshot); CORS", function()
         assert(ensure_npm(), npm_error)
         local chromium = os.getenv("CHROMIUM") or "/usr/bin/chromium"
         assert(io.open(chromium, "rb"), "no " .. chromium .. ": install it (apt-get install -y chromium; scripts/bootstrap.sh)")
@@ -71,11 +71,15 @@ describe("server with real clients", function()
         assert.is_true(#result.content + #result.reasoning > 0)
         assert.matches("%d+ tokens", result.meta)
         assert.is_true(result.chunks > 2, "the answer arrived in several SSE chunks")
+        -- a page of another origin (localhost against 127.0.0.1) posted to the API through the CORS preflight
+        assert.are.equal(200, result.cross_origin.status, line)
+        assert.are.equal(1, result.cross_origin.choices, line)
         local f = assert(io.open(png, "rb"))
         local bytes = f:read("*a")
         f:close()
         assert.are.equal("\137PNG", bytes:sub(1, 4))
         assert.is_true(#bytes > 10000)
-        print(string.format("  page: %d SSE chunks, %s; screenshot %s (%d bytes)", result.chunks, result.meta, png, #bytes))
+        print(string.format("  page: %d SSE chunks, %s; screenshot %s (%d bytes); from %s: %d", result.chunks,
+                            result.meta, png, #bytes, result.cross_origin.origin, result.cross_origin.status))
     end)
 end)

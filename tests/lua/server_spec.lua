@@ -671,6 +671,54 @@ describe("server limits", function()
         srv.stop()
     end)
 
+    it("CORS: --allowed-origins lists the origins that get Access-Control-Allow-Origin; a preflight is answered", function()
+        local srv = H.start({ "--model", "models/tiny", "--allowed-origins", "http://a.example,http://b.example",
+                              "--api-key", "sekrit" })
+        local preflight = { Origin = "http://b.example", ["Access-Control-Request-Method"] = "POST",
+                            ["Access-Control-Request-Headers"] = "content-type, authorization" }
+        -- a preflight carries no API key and is answered before the key check
+        local r = H.request(srv, "OPTIONS", "/v1/chat/completions", nil, preflight)
+        assert.are.equal(204, r.status, r.body)
+        assert.are.equal("http://b.example", r.headers["access-control-allow-origin"])
+        assert.are.equal("Origin", r.headers["vary"])
+        assert.matches("POST", r.headers["access-control-allow-methods"], 1, true)
+        assert.are.equal("content-type, authorization", r.headers["access-control-allow-headers"])
+        -- the request itself, streamed or not, carries the header
+        local auth = { Origin = "http://a.example", Authorization = "Bearer sekrit" }
+        r = H.request(srv, "POST", "/v1/chat/completions", { messages = USER, max_tokens = 2 }, auth)
+        assert.are.equal(200, r.status, r.body)
+        assert.are.equal("http://a.example", r.headers["access-control-allow-origin"])
+        r = H.request(srv, "POST", "/v1/chat/completions", { messages = USER, max_tokens = 2, stream = true }, auth)
+        assert.are.equal(200, r.status, r.body)
+        assert.are.equal("http://a.example", r.headers["access-control-allow-origin"])
+        -- an error response too (the browser must be able to read it)
+        r = H.request(srv, "POST", "/v1/chat/completions", { messages = USER }, { Origin = "http://a.example" })
+        assert.are.equal(401, r.status, r.body)
+        assert.are.equal("http://a.example", r.headers["access-control-allow-origin"])
+        -- another origin: its preflight is refused, its requests get no header (the browser hides the answer)
+        preflight.Origin = "http://c.example"
+        r = H.request(srv, "OPTIONS", "/v1/chat/completions", nil, preflight)
+        assert.are.equal(403, r.status, r.body)
+        assert.are.equal("permission_error", r.json.error.type)
+        r = H.request(srv, "GET", "/health", nil, { Origin = "http://c.example" })
+        assert.are.equal(200, r.status)
+        assert.is_nil(r.headers["access-control-allow-origin"])
+        -- no Origin, no header
+        assert.is_nil(H.request(srv, "GET", "/health").headers["access-control-allow-origin"])
+        srv.stop()
+        -- the default allows any origin; "none" no origin
+        srv = H.start({ "--model", "models/tiny" })
+        r = H.request(srv, "GET", "/v1/models", nil, { Origin = "http://x.example" })
+        assert.are.equal("*", r.headers["access-control-allow-origin"])
+        assert.is_nil(r.headers["vary"])
+        srv.stop()
+        srv = H.start({ "--model", "models/tiny", "--allowed-origins", "none" })
+        r = H.request(srv, "GET", "/v1/models", nil, { Origin = "http://x.example" })
+        assert.are.equal(200, r.status)
+        assert.is_nil(r.headers["access-control-allow-origin"])
+        srv.stop()
+    end)
+
     it("a full queue answers 429 and the server keeps serving", function()
         local srv = H.start({ "--model", "models/tiny", "--max-num-seqs", "1", "--max-queue", "1" })
         local statuses = H.concurrent(srv.port, 4, "POST", "/v1/chat/completions",

@@ -1,7 +1,8 @@
 // The chat page (GET /) in headless Chromium: load it, send a message, wait for the streamed answer, screenshot.
 //   node tests/server/page_test.mjs http://127.0.0.1:PORT out.png
 // Debian's chromium (/usr/bin/chromium) through playwright-core, with a fresh profile directory. Prints a JSON line
-// RESULT {"reasoning": ..., "content": ..., "meta": ..., "chunks": N} and exits 1 on failure.
+// RESULT {"reasoning": ..., "content": ..., "meta": ..., "chunks": N, "cross_origin": {...}} and exits 1 on failure.
+// Then a page of another origin calls the API (CORS, preflighted), which must succeed.
 import { chromium } from "playwright-core";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -44,9 +45,29 @@ try {
   }));
   await page.waitForTimeout(200);
   result.chunks = chunks;
+  // CORS: a page of another origin (http://localhost:PORT is not http://127.0.0.1:PORT) posts JSON to the API, which
+  // the browser preflights; the server allows any origin by default (--allowed-origins).
+  const other = await context.newPage();
+  await other.goto(base.replace("127.0.0.1", "localhost") + "/health");
+  result.cross_origin = await other.evaluate(async (api) => {
+    try {
+      const r = await fetch(api + "/v1/chat/completions", {
+        method: "POST", headers: { "Content-Type": "application/json" },
+        body: JSON.stringify({ messages: [{ role: "user", content: "hi" }], max_tokens: 4 }),
+      });
+      const j = await r.json();
+      return { origin: location.origin, status: r.status, choices: (j.choices || []).length };
+    } catch (e) {
+      return { origin: location.origin, error: String(e) };
+    }
+  }, base);
+  await other.close();
   await page.screenshot({ path: out, fullPage: true });
   console.log("RESULT " + JSON.stringify(result));
   if (!(result.reasoning + result.content).length) throw new Error("no answer on the page");
+  if (result.cross_origin.status !== 200 || result.cross_origin.choices !== 1) {
+    throw new Error("the cross-origin request failed: " + JSON.stringify(result.cross_origin));
+  }
 } catch (e) {
   console.error(e && e.stack || e);
   process.exitCode = 1;

@@ -22,8 +22,10 @@ takes them; docs/multi-gpu.md), host ("127.0.0.1"), port (8080; 0 picks one), ap
 the directory's base name, so "glm53-tiny" for the default model),
 max_num_seqs (16), max_model_len (8192; tokens of prompt and output per request), max_queue (256),
 prefill_chunk (256 rows per step), speculative_max (most MTP drafts a request may ask for; default 4 with an MTP
-layer, else 0), prefix_cache_bytes (512 MiB), max_body_bytes (16 MiB), policy_dir (scripts/policies), log
-(function(level, message)), plus listener timeouts / limits (glm53.server.listener).
+layer, else 0), prefix_cache_bytes (512 MiB), max_body_bytes (16 MiB), policy_dir (scripts/policies),
+allowed_origins (the origins whose pages may call the server from a browser, CORS: a list of origins, or { "*" }
+for any, the default as in vLLM; {} for none), log (function(level, message)), plus listener timeouts / limits
+(glm53.server.listener).
 
 Routes: app:route(method, path, handler) with handler(req, res, app); a path starting with "^" is a Lua pattern
 whose captures arrive in req.params. A route's errors: app:fail(req, res, status, message[, param, code]) answers
@@ -84,6 +86,7 @@ function M.new(opts)
         max_num_seqs = opts.max_num_seqs or 16, max_model_len = opts.max_model_len or 8192,
         max_queue = opts.max_queue or 256, api_key = opts.api_key,
         policy_dir = opts.policy_dir or (M.ROOT .. "/scripts/policies"),
+        allowed_origins = opts.allowed_origins or { "*" },
         routes = {}, pattern_routes = {}, middleware = {}, admission = {}, policies = {}, drafts = {},
         state = "loading", created = os.time(), seed_counter = 0,
     }, App)
@@ -107,6 +110,8 @@ function M.new(opts)
         res:write_head(200, { ["Content-Type"] = "text/html; charset=utf-8", ["Cache-Control"] = "no-cache" })
         res:finish(require("glm53.server.page").html(self))
     end)
+    if type(self.allowed_origins) ~= "table" then error("server.new: allowed_origins must be a list", 2) end
+    self:use(function(req, res) return self:cors(req, res) end)   -- first: a preflight carries no API key
     self:use(function(req, res) return self:check_key(req, res) end)
     return self
 end
@@ -232,6 +237,34 @@ function App:handle(req, res)
         self.log("error", req.method .. " " .. req.path .. ": " .. tostring(err))
         return self:fail(req, res, 500, "internal server error")
     end
+end
+
+-- Middleware: CORS (the Fetch standard's), for pages of another origin calling the server from a browser. A request
+-- with an Origin among allowed_origins gets Access-Control-Allow-Origin on its response ("*" when any origin is
+-- allowed, else the origin itself, with Vary: Origin); a preflight (OPTIONS with Access-Control-Request-Method) of
+-- such an origin is answered here: 204 with the methods and the headers it asked for. A preflight of another
+-- origin gets 403; its other requests go on without the header, so the browser keeps their answers from the page.
+function App:cors(req, res)
+    local origin = req.headers["origin"]
+    if not origin then return false end
+    local allow
+    for _, o in ipairs(self.allowed_origins) do
+        if o == "*" then allow = "*" break end
+        if o == origin then allow = origin break end
+    end
+    local preflight = req.method == "OPTIONS" and req.headers["access-control-request-method"] ~= nil
+    if not allow then
+        if preflight then return self:fail(req, res, 403, "origin " .. origin .. " is not allowed (--allowed-origins)") end
+        return false
+    end
+    res:set_header("Access-Control-Allow-Origin", allow)
+    if allow ~= "*" then res:set_header("Vary", "Origin") end
+    if not preflight then return false end
+    res:write_head(204, { ["Access-Control-Allow-Methods"] = "GET, POST, OPTIONS",
+                          ["Access-Control-Allow-Headers"] = req.headers["access-control-request-headers"] or "*",
+                          ["Access-Control-Max-Age"] = "600" })
+    res:finish()
+    return true
 end
 
 -- Middleware: the API key, when one is set, guards /v1/* and the tokenizer routes (/, /health and /metrics stay

@@ -35,6 +35,8 @@
 --
 -- Response (res)
 --   res:write_head(status, headers)  record status and headers; they go out with the first write
+--   res:set_header(name, value)  a header this response carries whatever write_head gives (middleware's: CORS),
+--                        unless write_head names it too; before the head goes out
 --   res:write(bytes)     send body bytes (chunked unless headers gave a Content-Length; "" sends
 --                        just the head).  Returns true, or false once more than limits.write_high
 --                        bytes wait in libuv's queue (wait for res:on_drain), or nil, "closed"
@@ -118,6 +120,28 @@ function Response:write_head(status, headers)
     self.status, self.headers = status, headers
 end
 
+function Response:set_header(name, value)
+    if self.head_sent then error("res:set_header: the head was already sent", 2) end
+    if type(name) ~= "string" or type(value) ~= "string" then error("res:set_header: name and value are strings", 2) end
+    self.extra_headers = self.extra_headers or {}
+    self.extra_headers[name] = value
+end
+
+-- write_head's headers with set_header's added (write_head's win: header names compared case-insensitively).
+local function head_headers(self)
+    local extra = self.extra_headers
+    if not extra then return self.headers end
+    local merged, named = {}, {}
+    for k, v in pairs(self.headers or {}) do
+        merged[k] = v
+        named[k:lower()] = true
+    end
+    for k, v in pairs(extra) do
+        if not named[k:lower()] then merged[k] = v end
+    end
+    return merged
+end
+
 function Response:write(data)
     if self.finished then error("res:write: the response is finished", 2) end
     if type(data) ~= "string" then error("res:write: bytes must be a string", 2) end
@@ -126,7 +150,7 @@ function Response:write(data)
     if self.head_sent then
         out = self.enc:chunk(data)
     else
-        out = self.enc:head(self.status, self.headers)
+        out = self.enc:head(self.status, head_headers(self))
         self.head_sent = true
         out = out .. self.enc:chunk(data)
     end
@@ -146,7 +170,7 @@ function Response:finish(data)
     if self.head_sent then
         out = self.enc:finish(data)
     else
-        out = self.enc:full(self.status, self.headers, data or "")
+        out = self.enc:full(self.status, head_headers(self), data or "")
         self.head_sent = true
     end
     self.finished = true
