@@ -171,6 +171,37 @@ describe("server", function()
         assert.is_true(json_policy.prefix(table.concat(out)), r.body)
     end)
 
+    it("min_tokens holds back the stop ids and stop strings, equal to generate.lua --min-tokens", function()
+        local ids = tokenize_messages(srv, USER)
+        local base = chat(srv, { messages = USER, max_tokens = 30, temperature = 0, return_token_ids = true })
+        assert.are.equal(200, base.status, base.body)
+        local third = base.json.choices[1].token_ids[3]
+        for _, min in ipairs({ 0, 2, 6 }) do
+            -- the third greedy token as a stop id: it ends the output at once unless min_tokens holds it back
+            local r = chat(srv, { messages = USER, max_tokens = 30, temperature = 0, return_token_ids = true,
+                                  stop_token_ids = { third }, min_tokens = min })
+            assert.are.equal(200, r.status, r.body)
+            local got = r.json.choices[1].token_ids
+            local ref = H.generate("--model models/tiny --tokens " .. ids_csv(ids) .. " --max-tokens 30 --stop-ids " ..
+                                   stops .. "," .. third .. " --min-tokens " .. min)
+            assert.are.same(ref.ids, got, "min_tokens " .. min)
+            if min < 3 then assert.are.equal(3, #got) else assert.is_true(#got > 3 and got[3] ~= third) end
+        end
+        -- a stop string is looked for after the first min_tokens tokens only
+        local function out(r)
+            local m = r.json.choices[1].message
+            return (type(m.reasoning_content) == "string" and m.reasoning_content or "") ..
+                   (type(m.content) == "string" and m.content or "")
+        end
+        local char = out(base):match("[%a]", 2)
+        local without = chat(srv, { messages = USER, max_tokens = 30, temperature = 0, stop = { char } })
+        local with = chat(srv, { messages = USER, max_tokens = 30, temperature = 0, stop = { char }, min_tokens = 25 })
+        assert.is_true(#out(with) > #out(without), out(with) .. " | " .. out(without))
+        local e = chat(srv, { messages = USER, max_tokens = 5, min_tokens = 6 })
+        assert.are.equal(400, e.status, e.body)
+        assert.are.equal("min_tokens", e.json.error.param)
+    end)
+
     it("continue_final_message continues the assistant's message as content, equal to generate.lua", function()
         local messages = { { role = "user", content = "Count to five." }, { role = "assistant", content = "1, 2," } }
         local t = H.post(srv, "/tokenize", { messages = messages, add_generation_prompt = false })

@@ -223,6 +223,37 @@ describe("draft policies and penalties", function()
         end
     end)
 
+    it("min_new bans the stop ids until then, with drafts too (exact), and the request's bias comes back", function()
+        local stop = ref[3]   -- plain greedy's third token, as a stop id
+        local sampling = { logit_bias = { [ref[5]] = 3 } }
+        local function run(k, draft, min_new, bias)
+            local d = assert(spec.new(m, { k = k, draft = draft, sampling = bias and sampling or nil }))
+            local s = assert(d:add(prompt, { max_new = 40, min_new = min_new, stop_ids = { stop } }))
+            assert(d:run())
+            return s.generated
+        end
+        assert.are.equal(3, #run(0, nil, 0))   -- without min_new the stop id ends it at once
+        for _, bias in ipairs({ false, true }) do
+            local plain = run(0, nil, 6, bias)
+            assert.is_true(#plain > 6)
+            for i = 1, 6 do assert.are_not.equal(stop, plain[i]) end
+            -- drafts offer the stop id at every banned position (rejected) and the right tokens after
+            local drafted = run(3, function(ctx, depth)
+                local pos = #ctx.generated + depth
+                if pos <= 6 then return true, stop end
+                if plain[pos] == nil then return false end
+                return true, plain[pos]
+            end, 6, bias)
+            assert.is_nil(h.first_diff(drafted, plain), bias and "with a bias" or "without a bias")
+        end
+        -- the request's bias is back after min_new, not dropped with the ban: +100 on one id makes every token it
+        local x = stop == 7 and 8 or 7
+        sampling = { logit_bias = { [x] = 100 } }
+        local forced = run(0, nil, 6, true)
+        assert.are.equal(40, #forced)
+        for i = 1, 40 do assert.are.equal(x, forced[i]) end
+    end)
+
     it("greedy with penalties and a logit bias is exact too (penalty history advanced per draft)", function()
         local sampling = { repetition_penalty = 1.3, presence_penalty = 0.5, frequency_penalty = 0.2,
                            logit_bias = { [ref[1]] = -5, [7] = 2 } }

@@ -121,7 +121,8 @@ function M.run(args)
         st.prefix = pre
         st.turn = st.turn + 1
         local s
-        s, err = d:add(pre, { max_new = math.min(args.max_tokens, room), stop_ids = stop_ids,
+        local max_new = math.min(args.max_tokens, room)
+        s, err = d:add(pre, { max_new = max_new, min_new = math.min(args.min_tokens, max_new), stop_ids = stop_ids,
                               seed = args.seed + st.turn - 1 })
         if not s then cli.fail(err) end
         local out = output.new({ file = io.stdout, think = common.ends_in_think(ctx, ids), reasoning = args.reasoning })

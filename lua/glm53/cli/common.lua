@@ -100,6 +100,8 @@ function M.generation_options(max_tokens)
     return {
         "Generation:",
         { "max_tokens", type = "integer", min = 1, default = max_tokens, help = "most tokens to generate" },
+        { "min_tokens", type = "integer", min = 0, default = 0,
+          help = "tokens before an end id or a stop string may end the output (vLLM's min_tokens)" },
         { "spec_k", type = "integer", min = 0, default = 0,
           help = "MTP speculative decoding: drafts per step (0 = off; exact: same output as without)" },
         { "draft_threshold", type = "number", min = 0, max = 1, help = "stop drafting below this draft probability" },
@@ -300,7 +302,8 @@ end
 function M.stream(d, s, ctx, opts)
     local clock = require("glm53.util.clock")
     local write = opts.write or function() end
-    local detok = ctx.tok and ctx.tok:stream({ skip_special_tokens = not opts.special, stop = opts.stop })
+    local detok = ctx.tok and ctx.tok:stream({ skip_special_tokens = not opts.special, stop = opts.stop,
+                                               stop_after = s.min_new })
     local pieces, shown, t_first, first_round, stop_string, stop_at = {}, 0, nil, 0, nil, nil
     local function emit(text)
         if text ~= "" then

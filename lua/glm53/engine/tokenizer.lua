@@ -347,7 +347,9 @@ function Tokenizer:is_added(id) return C.glm53_tokenizer_is_added(handle_of(self
 local Stream = {}
 Stream.__index = Stream
 
--- opts.skip_special_tokens (default false, as decode), opts.stop: a list of stop strings.
+-- opts.skip_special_tokens (default false, as decode), opts.stop: a list of stop strings, opts.stop_after: tokens
+-- pushed before the stop strings apply (default 0; vLLM's min_tokens: they are looked for in the text of the
+-- tokens after those, so one that begins in that text is not found).
 function Tokenizer:stream(opts)
     opts = opts or {}
     local stops = opts.stop or {}
@@ -358,8 +360,13 @@ function Tokenizer:stream(opts)
         if #s > max_stop then max_stop = #s end
     end
     handle_of(self)
+    local stop_after = opts.stop_after or 0
+    if type(stop_after) ~= "number" or stop_after < 0 or stop_after % 1 ~= 0 then
+        error("tokenizer:stream: opts.stop_after must be an integer >= 0", 2)
+    end
     return setmetatable({
         tok = self, skip_special = opts.skip_special_tokens and true or false, stops = stops, max_stop = max_stop,
+        stop_after = stop_after,   -- pushes left before the stop strings apply
         pending = "",    -- bytes of an unfinished character
         held = "",       -- text that may be the start of a stop string
         stopped = false,
@@ -368,7 +375,7 @@ end
 
 -- Applies the stop strings to new text: returns what can be emitted, and the stop string if one was found.
 function Stream:_emit(text)
-    if self.max_stop == 0 then return text end
+    if self.max_stop == 0 or self.in_gate then return text end
     local all = self.held .. text
     local at, which
     for _, s in ipairs(self.stops) do
@@ -399,6 +406,8 @@ end
 function Stream:push(id)
     if type(id) ~= "number" then error("stream:push: id must be a number", 2) end
     if self.stopped then return "", true end
+    self.in_gate = self.stop_after > 0   -- this token is one of the first stop_after: no stop strings in its text
+    if self.in_gate then self.stop_after = self.stop_after - 1 end
     local tok = self.tok
     if self.skip_special and tok:is_special(id) then return "", false end
     local piece, err = tok:piece(id)

@@ -657,12 +657,13 @@ function Driver:snapshot(s)
 end
 
 -- Stream options a caller may set per stream (d:add).
-local ADD_KEYS = { max_new = true, seed = true, stop_ids = true, sampling = true, policy = true, draft = true,
+local ADD_KEYS = { max_new = true, min_new = true, seed = true, stop_ids = true, sampling = true, policy = true, draft = true,
                    k = true, capacity = true, prefix = true, boundary = true, on_boundary = true, logprobs = true,
                    prompt_logprobs = true, embeddings = true, use = true, capture = true }
 
 -- Starts a stream from a prompt (array of ids) or a prefix. opts: max_new (default 256; 0 with prefill =
--- "rounds": prompt logprobs only), seed (of the stream's sampler; default the sampling seed), stop_ids (array),
+-- "rounds": prompt logprobs only), min_new (default 0: tokens before the stop ids may come, which the sampler
+-- bans until then, as vLLM's min_tokens), seed (of the stream's sampler; default the sampling seed), stop_ids (array),
 -- sampling, policy, draft, k (per stream; default the driver's), capacity (tokens its sequence reserves;
 -- default prompt + max_new + k + 1), prefix, embeddings and use (embedding rows of the prompt, as d:prefix),
 -- capture (a table of glm53.engine.seq capture options); and with prefill = "rounds" boundary, on_boundary,
@@ -676,6 +677,10 @@ function Driver:add(prompt, opts)
     local max_new = opts.max_new or 256
     if type(max_new) ~= "number" or max_new < (self.rounds and 0 or 1) or max_new % 1 ~= 0 then
         error("driver:add: max_new must be an integer >= " .. (self.rounds and 0 or 1), 2)
+    end
+    local min_new = opts.min_new or 0
+    if type(min_new) ~= "number" or min_new < 0 or min_new > max_new or min_new % 1 ~= 0 then
+        error("driver:add: min_new must be an integer in [0, max_new]", 2)
     end
     local k = opts.k or self.k
     if type(k) ~= "number" or k < 0 or k > self.k or k % 1 ~= 0 then
@@ -721,6 +726,15 @@ function Driver:add(prompt, opts)
     for key, v in pairs(opts.sampling or self.sampling) do sopts[key] = v end
     if opts.seed ~= nil then sopts.seed = opts.seed end
     if sopts.n_valid == nil then sopts.n_valid = self.sampling.n_valid end
+    s.min_new = min_new
+    if min_new > 0 and next(s.stop) then
+        -- The stop ids are banned (bias -inf) until min_new tokens are committed; then the request's own bias
+        -- comes back (commit). Every mode samples through the bias, drafts included.
+        local banned = {}
+        for id, b in pairs(sopts.logit_bias or {}) do banned[id] = b end
+        for id in pairs(s.stop) do banned[id] = -math.huge end
+        s.open_bias, sopts.logit_bias = sopts.logit_bias or {}, banned
+    end
     s.sampler = make_sampler(self.V, sopts, "driver:add")
     s.sampler:add_prompt(s.all)
     s.n_valid = valid_ids(sopts, self.V)
@@ -917,6 +931,10 @@ local function commit(s, id)
     s.sampler:accept(id)
     s.all[#s.all + 1] = id
     s.generated[#s.generated + 1] = id
+    if s.open_bias and #s.generated >= s.min_new then   -- min_new reached: the stop ids may come next
+        s.sampler:set({ logit_bias = s.open_bias })
+        s.open_bias = nil
+    end
     if s.stop[id] then s.finish_reason = "stop" return true end
     if #s.generated >= s.max_new then s.finish_reason = "length" return true end
     return false

@@ -32,6 +32,7 @@ as vLLM's n > 1 does. Returns run, or nil, message, status (429 when the queue i
 ]]
 local parsers = require("glm53.chat.parsers")
 local tokenizer = require("glm53.engine.tokenizer")
+local params = require("glm53.server.params")
 
 local concat = table.concat
 
@@ -187,6 +188,10 @@ end
 
 -- Starts a request (see the header). Returns the run, or nil, message, status.
 function M.start(app, g)
+    if (g.min_tokens or 0) > g.max_tokens then
+        params.fail(400, "'min_tokens' (" .. g.min_tokens .. ") must not exceed the output limit (" .. g.max_tokens ..
+                    ")", "min_tokens")
+    end
     local tok = app.tokenizer
     local stop_ids = {}
     for _, id in ipairs(g.stop_ids or {}) do stop_ids[id] = true end
@@ -196,7 +201,8 @@ function M.start(app, g)
     for i = 1, g.n or 1 do
         local c = {
             text = {}, logprobs = {}, tokens = 0,
-            detok = tok:stream({ skip_special_tokens = g.skip_special_tokens ~= false, stop = g.stop }),
+            detok = tok:stream({ skip_special_tokens = g.skip_special_tokens ~= false, stop = g.stop,
+                                 stop_after = g.min_tokens }),
         }
         if g.parse then
             c.parser = parsers.stream(g.parse.tools, { tool_calls = g.parse.tool_calls })
@@ -204,8 +210,8 @@ function M.start(app, g)
         end
         run.choices[i] = c
         choices[i] = {
-            max_new = g.max_tokens, seed = g.seed and g.seed + i - 1 or nil, sampling = g.sampling,
-            stop_ids = g.stop_ids, k = g.k, new_policy = g.new_policy, new_draft = g.new_draft, logprobs = g.logprobs,
+            max_new = g.max_tokens, min_new = g.min_tokens, seed = g.seed and g.seed + i - 1 or nil,
+            sampling = g.sampling, stop_ids = g.stop_ids, k = g.k, new_policy = g.new_policy, new_draft = g.new_draft, logprobs = g.logprobs,
             capture = g.capture,
         }
     end

@@ -136,6 +136,7 @@ function M.generation(app, body, opts)
         M.fail(400, "'" .. opts.max_tokens_keys[1] .. "' is required", opts.max_tokens_keys[1])
     end
     g.max_tokens = max_tokens
+    g.min_tokens = M.integer(body, "min_tokens", { min = 0 }) or 0   -- vLLM's; checked against max_tokens at start
     local s = {}
     s.temperature = M.number(body, "temperature", { min = 0, max = opts.max_temperature or 100, default = 1 })
     s.top_p = M.number(body, "top_p", { above = 0, max = 1 })
