@@ -8,6 +8,7 @@
 
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -333,6 +334,12 @@ static const glm53_backend_ops cpu_ops = {
 
 glm53_status glm53_backend_cpu_create(int32_t n_threads, glm53_backend **out) {
     *out = NULL;
+    /* $GLM53_CPU_ISA caps the builds that run, to measure or check here what a machine without AVX-512 (avx2: the
+     * same results, bit for bit) or without AVX2 (baseline: other roundings) runs; avx512 or unset: what cpuid
+     * allows. */
+    const char *isa = getenv("GLM53_CPU_ISA");
+    if (isa && *isa && strcmp(isa, "avx2") != 0 && strcmp(isa, "baseline") != 0 && strcmp(isa, "avx512") != 0)
+        return GLM53_FAIL(GLM53_ERR_INVALID_ARG, "GLM53_CPU_ISA is '%s': expected baseline, avx2 or avx512", isa);
     glm53_backend *be = calloc(1, sizeof *be);
     cpu_backend *impl = calloc(1, sizeof *impl);
     if (!be || !impl) {
@@ -353,6 +360,8 @@ glm53_status glm53_backend_cpu_create(int32_t n_threads, glm53_backend **out) {
     impl->use_avx512 = impl->use_avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
                        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq");
 #endif
+    if (isa && strcmp(isa, "avx2") == 0) impl->use_avx512 = false;
+    if (isa && strcmp(isa, "baseline") == 0) impl->use_avx2 = impl->use_avx512 = false;
     for (int c = 0; c < 256; c++) impl->fp8_table[c] = glm53_fp8_e4m3_to_f32((uint8_t)c);
 
     be->ops = &cpu_ops;

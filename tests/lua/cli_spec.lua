@@ -450,6 +450,27 @@ describe("glm53 logits", function()
         assert.are.equal(1, rc)
         assert.matches("image placeholder tokens", out)
     end)
+
+    it("GLM53_CPU_ISA=avx2 gives the default build's logits bit for bit; baseline runs; a bad value is an error", function()
+        local ids = {}
+        for i = 1, 40 do ids[i] = (i * 37) % 700 + 1 end
+        local plain = ids_file("isa", ids)
+        local bytes = {}
+        for _, isa in ipairs({ "", "avx2", "avx512", "baseline" }) do
+            local out_path = tmp .. "/isa-" .. (isa == "" and "default" or isa) .. ".npy"
+            local out, rc = run("GLM53_CPU_ISA=" .. isa .. " " .. LOGITS .. "--tokens " .. plain .. " --out " .. out_path ..
+                                " --mode chunked --chunk 7")
+            assert.are.equal(0, rc, out)
+            bytes[isa] = assert(file.read_file(out_path))
+        end
+        assert.are.equal(bytes[""], bytes.avx2)       -- what a machine without AVX-512 computes, bit for bit
+        assert.are.equal(bytes[""], bytes.avx512)
+        assert.are.equal(#bytes[""], #bytes.baseline)   -- other roundings (no FMA), same shape: the variable is read
+        assert.are_not.equal(bytes[""], bytes.baseline)
+        local out, rc = run("GLM53_CPU_ISA=sse9 " .. LOGITS .. "--tokens " .. plain .. " --out " .. tmp .. "/isa-bad.npy")
+        assert.are.equal(1, rc, out)
+        assert.matches("GLM53_CPU_ISA is 'sse9': expected baseline, avx2 or avx512", out, 1, true)
+    end)
 end)
 
 ---------------------------------------------------------------------------------------------------------------

@@ -160,9 +160,9 @@ function M.run(args)
     end
     local t0 = clock.now()
     if args.min_tokens > args.max_tokens then cli.usage_error("--min-tokens must not exceed --max-tokens") end
-    local s, err = d:add(ids, { max_new = args.max_tokens, min_new = args.min_tokens, stop_ids = common.stop_ids(ctx, args),
-                                embeddings = media and media.embeddings, use = media and media.use,
-                                capture = capture })
+    local s, err = d:add(ids, { max_new = args.max_tokens, min_new = args.min_tokens,
+                                stop_ids = common.stop_ids(ctx, args), embeddings = media and media.embeddings,
+                                use = media and media.use, capture = capture })
     if not s then cli.fail(err) end
     local think = common.ends_in_think(ctx, ids)
     local out

@@ -657,14 +657,14 @@ function Driver:snapshot(s)
 end
 
 -- Stream options a caller may set per stream (d:add).
-local ADD_KEYS = { max_new = true, min_new = true, seed = true, stop_ids = true, sampling = true, policy = true, draft = true,
-                   k = true, capacity = true, prefix = true, boundary = true, on_boundary = true, logprobs = true,
+local ADD_KEYS = { max_new = true, min_new = true, seed = true, stop_ids = true, sampling = true, policy = true,
+                   draft = true, k = true, capacity = true, prefix = true, boundary = true, on_boundary = true, logprobs = true,
                    prompt_logprobs = true, embeddings = true, use = true, capture = true }
 
 -- Starts a stream from a prompt (array of ids) or a prefix. opts: max_new (default 256; 0 with prefill =
 -- "rounds": prompt logprobs only), min_new (default 0: tokens before the stop ids may come, which the sampler
--- bans until then, as vLLM's min_tokens), seed (of the stream's sampler; default the sampling seed), stop_ids (array),
--- sampling, policy, draft, k (per stream; default the driver's), capacity (tokens its sequence reserves;
+-- bans until then, as vLLM's min_tokens), seed (of the stream's sampler; default the sampling seed), stop_ids
+-- (array), sampling, policy, draft, k (per stream; default the driver's), capacity (tokens its sequence reserves;
 -- default prompt + max_new + k + 1), prefix, embeddings and use (embedding rows of the prompt, as d:prefix),
 -- capture (a table of glm53.engine.seq capture options); and with prefill = "rounds" boundary, on_boundary,
 -- logprobs and prompt_logprobs (see the header).

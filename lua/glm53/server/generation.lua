@@ -211,8 +211,8 @@ function M.start(app, g)
         run.choices[i] = c
         choices[i] = {
             max_new = g.max_tokens, min_new = g.min_tokens, seed = g.seed and g.seed + i - 1 or nil,
-            sampling = g.sampling, stop_ids = g.stop_ids, k = g.k, new_policy = g.new_policy, new_draft = g.new_draft, logprobs = g.logprobs,
-            capture = g.capture,
+            sampling = g.sampling, stop_ids = g.stop_ids, k = g.k, new_policy = g.new_policy, new_draft = g.new_draft,
+            logprobs = g.logprobs, capture = g.capture,
         }
     end
     local job, err = app.scheduler:submit({
