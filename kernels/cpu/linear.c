@@ -6,9 +6,9 @@
  * the split is over output columns N and every weight byte is read once per step, whatever the batch size. With
  * large M, a thread's tiles share one block of x, which stays in cache while the weights stream by.
  *
- * Inside a tile, K is walked in blocks of MATMUL_BLOCK_K columns. F32 and BF16 weights are read where they lie
- * (BF16 widened to F32 in registers, which is exact); F16 and FP8 rows are first decoded into a float scratch for
- * the block. A micro-kernel (cpu_dot_tile, cpu_ops.h) then takes up to 6 rows of x against up to 8 rows of w at
+ * Inside a tile, K is walked in blocks of MATMUL_BLOCK_K columns. F32 weights are read where they lie, BF16 too
+ * when one group of x rows reads them (widened to F32 in registers, which is exact); F16 and FP8 rows, and BF16
+ * rows that several groups read, are first decoded into a float scratch for the block. A micro-kernel (cpu_dot_tile, cpu_ops.h) then takes up to 3 rows of x against up to 8 rows of w at
  * once, so one weight load (and its widening) feeds several rows and one x load several weight rows: that reuse is
  * what makes a 16-row decode step cost far less than 16 one-row steps.
  *
@@ -233,7 +233,14 @@ CPU_INLINE void matmul_tiles(void *ctx, int64_t tile_begin, int64_t tile_end, co
         for (int64_t k0 = 0; k0 < K; k0 += MATMUL_BLOCK_K) {
             int64_t kb = K - k0 < MATMUL_BLOCK_K ? K - k0 : MATMUL_BLOCK_K;
             const float *x_block = job->x + m0 * K + k0;
-            if (in_place) {
+            if (bf16 && !wide && tm > CPU_DOT_GROUP_NX) {
+                /* Several groups of x rows will read this block: widen it to F32 once (exact) rather than in every
+                 * group's micro-kernel (16 rows: six widenings of each weight). The products and their order are
+                 * unchanged. */
+                for (int64_t r = 0; r < tn; r++)
+                    cpu_weight_row_to_f32(w, job->fp8_table, n0 + r, k0, kb, w_block + r * MATMUL_BLOCK_K);
+                matmul_block(x_block, K, tm, w_block, MATMUL_BLOCK_K, false, kb, tn, acc, wide, fused);
+            } else if (in_place) {
                 int64_t offset = n0 * w->stride[0] + k0;
                 if (bf16)
                     matmul_block(x_block, K, tm, (const uint16_t *)w->data + offset, w->stride[0], true, kb, tn, acc,
