@@ -3,7 +3,8 @@
 -- SIGTERM test below; tests/lua/server_clients_spec.lua runs the npm clients against the default): routes and wire
 -- formats through curl; greedy and seeded outputs against scripts/generate.lua (token ids); stop strings split
 -- across tokens, streamed and not; logprobs, echo and prompt logprobs; n; tool calls and reasoning (driven by a
--- scripted policy, tests/server/test_app.lua); Anthropic messages; images; speculative decoding; the routed experts
+-- scripted policy, tests/server/test_app.lua); Anthropic messages; OpenAI Responses; images; speculative decoding;
+-- JSON mode, forced tool calls, continue_final_message, min_tokens, CORS; the routed experts
 -- and indexer selections of research capture against an in-process run; every bad input with its 4xx JSON error and
 -- a normal request after it; the API key; the queue limit; disconnects mid-stream; prefix-cache hits. (/health
 -- during a long prefill: server_load_spec.)
@@ -200,6 +201,48 @@ describe("server", function()
         local e = chat(srv, { messages = USER, max_tokens = 5, min_tokens = 6 })
         assert.are.equal(400, e.status, e.body)
         assert.are.equal("min_tokens", e.json.error.param)
+    end)
+
+    it("Responses API: greedy output equals generate.lua's; instructions, items, JSON mode, images", function()
+        -- instructions + a user message item = a system and a user message on the chat route
+        local as_chat = { { role = "system", content = "Answer briefly." }, USER[1] }
+        local ids = tokenize_messages(srv, as_chat)
+        local ref = H.generate("--model models/tiny --tokens " .. ids_csv(ids) .. " --max-tokens 20 --stop-ids " .. stops)
+        local r = H.post(srv, "/v1/responses", { instructions = "Answer briefly.", max_output_tokens = 20,
+                                                 temperature = 0,
+                                                 input = { { role = "user", content = { { type = "input_text",
+                                                             text = USER[1].content } } } } })
+        assert.are.equal(200, r.status, r.body)
+        local c = chat(srv, { messages = as_chat, max_tokens = 20, temperature = 0, return_token_ids = true })
+        assert.are.same(ref.ids, c.json.choices[1].token_ids)
+        assert.are.equal(#ref.ids, r.json.usage.output_tokens)
+        assert.are.equal(#ids, r.json.usage.input_tokens)
+        local text = {}
+        for _, item in ipairs(r.json.output) do
+            if item.type == "reasoning" then text[#text + 1] = item.content[1].text end
+            if item.type == "message" then text[#text + 1] = item.content[1].text end
+        end
+        local m = c.json.choices[1].message
+        local want = (type(m.reasoning_content) == "string" and m.reasoning_content or "") ..
+                     (type(m.content) == "string" and m.content or "")
+        assert.are.equal(want, table.concat(text))
+        assert.are.equal(r.json.status, c.json.choices[1].finish_reason == "length" and "incomplete" or "completed")
+        -- JSON mode: the message is a JSON prefix
+        local j = H.post(srv, "/v1/responses", { input = "A JSON object, please.", max_output_tokens = 30, seed = 5,
+                                                 text = { format = { type = "json_object" } } })
+        assert.are.equal(200, j.status, j.body)
+        assert.are.equal("message", j.json.output[1].type, j.body)
+        assert.is_true(dofile("scripts/policies/json.lua").prefix(j.json.output[1].content[1].text), j.body)
+        -- an image part reaches the model: another answer than without it (tests/fixtures/vision's image)
+        local f = assert(io.open("tests/fixtures/vision/images/aligned_rgb.png", "rb"))
+        local png = f:read("*a")
+        f:close()
+        local url = "data:image/png;base64," .. require("glm53.util.base64").encode(png)
+        local with = H.post(srv, "/v1/responses", { max_output_tokens = 1, temperature = 0,
+            input = { { role = "user", content = { { type = "input_image", image_url = url },
+                                                   { type = "input_text", text = "What is this?" } } } } })
+        assert.are.equal(200, with.status, with.body)
+        assert.is_true(with.json.usage.input_tokens > 20, with.body)   -- the image's placeholder rows
     end)
 
     it("continue_final_message continues the assistant's message as content, equal to generate.lua", function()
@@ -617,6 +660,16 @@ describe("server", function()
             { "POST", "/v1/completions", { prompt = { 99999 } }, 400, "prompt" },
             { "POST", "/v1/completions", { prompt = "x", max_tokens = 0 }, 400, "max_tokens" },
             { "POST", "/v1/completions", { prompt = "x", logprobs = 21 }, 400, "logprobs" },
+            { "POST", "/v1/responses", {}, 400, "input" },
+            { "POST", "/v1/responses", { input = { { type = "web_search_call" } } }, 400, "input" },
+            { "POST", "/v1/responses", { input = { { role = "robot", content = "x" } } }, 400, "input" },
+            { "POST", "/v1/responses", { input = { { type = "function_call", call_id = "c", name = "f",
+                                                      arguments = "[1]" } } }, 400, "input" },
+            { "POST", "/v1/responses", { input = "hi", tools = { { type = "web_search" } } }, 400, "tools" },
+            { "POST", "/v1/responses", { input = "hi", tool_choice = "required" }, 400, "tool_choice" },
+            { "POST", "/v1/responses", { input = "hi", text = { format = { type = "json_schema" } } }, 400, "text" },
+            { "POST", "/v1/responses", { input = "hi", previous_response_id = "resp_1" }, 400, "previous_response_id" },
+            { "POST", "/v1/responses", { input = "hi", max_output_tokens = 0 }, 400, "max_output_tokens" },
             { "POST", "/v1/messages", { messages = USER }, 400 },
             { "POST", "/v1/messages", "{", 400 },
             { "POST", "/v1/messages", { max_tokens = 5, messages = { { role = "system", content = "x" } } }, 400 },

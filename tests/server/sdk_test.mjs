@@ -119,6 +119,52 @@ await check("openai errors: a 400 and a 404 arrive as the client's error classes
     (e) => e instanceof OpenAI.NotFoundError && e.status === 404);
 });
 
+await check("openai responses: greedy output_text equals the chat route's; streamed events add up to it", async () => {
+  const chat = await openai.chat.completions.create({ model, messages, max_tokens: 24, temperature: 0 });
+  const req = { model, input: messages[0].content, max_output_tokens: 24, temperature: 0 };
+  const r = await openai.responses.create(req);
+  assert.equal(r.object, "response");
+  assert.equal(r.status, chat.choices[0].finish_reason === "length" ? "incomplete" : "completed");
+  assert.equal(r.output_text, chat.choices[0].message.content || "");
+  const reasoning = r.output.filter((o) => o.type === "reasoning").map((o) => o.content[0].text).join("");
+  assert.equal(reasoning, chat.choices[0].message.reasoning_content || "");
+  assert.equal(r.usage.input_tokens, chat.usage.prompt_tokens);
+  assert.equal(r.usage.output_tokens, chat.usage.completion_tokens);
+  const stream = await openai.responses.create({ ...req, stream: true });
+  let text = "", rtext = "", last = -1, final = null;
+  const types = [];
+  for await (const ev of stream) {
+    assert.equal(ev.sequence_number, last + 1);
+    last = ev.sequence_number;
+    types.push(ev.type);
+    if (ev.type === "response.output_text.delta") text += ev.delta;
+    if (ev.type === "response.reasoning_text.delta") rtext += ev.delta;
+    if (ev.type === "response.completed" || ev.type === "response.incomplete") final = ev.response;
+  }
+  assert.equal(types[0], "response.created");
+  assert.equal(text, r.output_text);
+  assert.equal(rtext, reasoning);
+  assert.deepEqual(final.output.map((o) => o.type), r.output.map((o) => o.type));
+  assert.deepEqual(final.usage, r.usage);
+});
+
+await check("openai responses: function tools, a forced call, and the call's output sent back", async () => {
+  const rtools = [{ type: "function", name: "get_weather", description: "Weather in a city",
+                    parameters: tools[0].function.parameters }];
+  const r = await openai.responses.create({ model, input: "What is the weather in Paris?", tools: rtools,
+                                            tool_choice: "required", max_output_tokens: 200, temperature: 0 });
+  const call = r.output.find((o) => o.type === "function_call");
+  assert.ok(call, JSON.stringify(r.output));
+  assert.equal(call.name, "get_weather");
+  const r2 = await openai.responses.create({ model, tools: rtools, max_output_tokens: 16, temperature: 0,
+    input: [{ role: "user", content: "What is the weather in Paris?" }, call,
+            { type: "function_call_output", call_id: call.call_id, output: "18 C and sunny" }] });
+  assert.equal(r2.object, "response");
+  assert.ok(r2.output.length > 0);
+  await assert.rejects(openai.responses.create({ model, input: "hi", previous_response_id: r.id }),
+    (e) => e instanceof OpenAI.BadRequestError && e.status === 400);
+});
+
 await check("anthropic messages: non-streaming and streaming agree", async () => {
   const req = { model, max_tokens: 20, temperature: 0, messages: [{ role: "user", content: "hi" }] };
   const r = await anthropic.messages.create(req);
