@@ -21,6 +21,15 @@ local function chat(srv, body) return H.post(srv, "/v1/chat/completions", body) 
 
 local function ids_csv(list) return table.concat(list, ",") end
 
+-- Each body, sent to the chat route, gets a 400 whose error names param.
+local function refused(srv, bodies, param)
+    for _, body in ipairs(bodies) do
+        local e = chat(srv, body)
+        assert.are.equal(400, e.status, e.body)
+        assert.are.equal(param, e.json.error.param, e.body)
+    end
+end
+
 local function tokenize_messages(srv, messages)
     local r = H.post(srv, "/tokenize", { messages = messages })
     assert.are.equal(200, r.status, r.body)
@@ -198,9 +207,7 @@ describe("server", function()
         local without = chat(srv, { messages = USER, max_tokens = 30, temperature = 0, stop = { char } })
         local with = chat(srv, { messages = USER, max_tokens = 30, temperature = 0, stop = { char }, min_tokens = 25 })
         assert.is_true(#out(with) > #out(without), out(with) .. " | " .. out(without))
-        local e = chat(srv, { messages = USER, max_tokens = 5, min_tokens = 6 })
-        assert.are.equal(400, e.status, e.body)
-        assert.are.equal("min_tokens", e.json.error.param)
+        refused(srv, { { messages = USER, max_tokens = 5, min_tokens = 6 } }, "min_tokens")
     end)
 
     it("Responses API: greedy output equals generate.lua's; instructions, items, JSON mode, images", function()
@@ -260,12 +267,8 @@ describe("server", function()
             -- the template left the think block closed: the continuation is content, none of it reasoning
             assert.are.equal(cjson.null, r.json.choices[1].message.reasoning_content, r.body)
         end
-        for _, bad in ipairs({ { messages = messages, continue_final_message = true, add_generation_prompt = true },
-                               { messages = USER, continue_final_message = true } }) do
-            local e = chat(srv, bad)
-            assert.are.equal(400, e.status, e.body)
-            assert.are.equal("continue_final_message", e.json.error.param, e.body)
-        end
+        refused(srv, { { messages = messages, continue_final_message = true, add_generation_prompt = true },
+                       { messages = USER, continue_final_message = true } }, "continue_final_message")
     end)
 
     it("tool_choice required or a named function forces a call to one of the tools (OpenAI and Anthropic)", function()
@@ -319,15 +322,10 @@ describe("server", function()
             assert.matches("^<tool_call>get_weather", block.text)
         end
         -- the request errors
-        for _, bad in ipairs({ { tool_choice = "required" },
-                               { tools = tools, tool_choice = { type = "function", ["function"] = { name = "nope" } } },
-                               { tools = tools, tool_choice = 5 },
-                               { tools = tools, tool_choice = "required", policy = "typical" } }) do
-            bad.messages = USER
-            local e = chat(srv, bad)
-            assert.are.equal(400, e.status, e.body)
-            assert.are.equal("tool_choice", e.json.error.param, e.body)
-        end
+        refused(srv, { { messages = USER, tool_choice = "required" },
+                       { messages = USER, tools = tools, tool_choice = { type = "function", ["function"] = { name = "nope" } } },
+                       { messages = USER, tools = tools, tool_choice = 5 },
+                       { messages = USER, tools = tools, tool_choice = "required", policy = "typical" } }, "tool_choice")
     end)
 
     it("speculative decoding (MTP drafts, fixed or adaptive) keeps the greedy output and counts drafts", function()

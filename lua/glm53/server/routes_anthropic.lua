@@ -142,10 +142,7 @@ local function to_openai_tools(body)
         if params.kind_of(t) ~= "object" or type(t.name) ~= "string" then
             params.fail(400, "tools[" .. (i - 1) .. "] needs a name", "tools")
         end
-        local fn = ordered({ "name", t.name })
-        if t.description ~= nil then json.set(fn, "description", t.description) end
-        json.set(fn, "parameters", t.input_schema or ordered({ "type", "object", "properties", json.object({}) }))
-        out[#out + 1] = ordered({ "type", "function", "function", fn })
+        out[#out + 1] = routes_openai.function_tool(t, t.input_schema)
     end
     return out
 end
@@ -156,18 +153,11 @@ local function forced_call_names(body, tools)
     local tc = params.object(body, "tool_choice")
     local kind = tc and params.value(tc, "type")
     if kind == nil or kind == "auto" or kind == "none" then return nil end
-    if kind ~= "any" and kind ~= "tool" then
-        params.fail(400, "tool_choice.type must be \"auto\", \"any\", \"tool\" or \"none\"", "tool_choice")
+    if kind == "any" then return routes_openai.forced_call_names("required", tools) end
+    if kind == "tool" then
+        return routes_openai.forced_call_names({ type = "function", name = params.value(tc, "name") }, tools)
     end
-    if not tools then params.fail(400, "tool_choice forces a tool call, but the request has no tools", "tool_choice") end
-    local names = {}
-    for i, t in ipairs(tools) do names[i] = t["function"].name end
-    if kind == "any" then return names end
-    local name = params.value(tc, "name")
-    for _, n in ipairs(names) do
-        if n == name then return { n } end
-    end
-    params.fail(400, "tool_choice names the tool '" .. tostring(name) .. "', which is not among the tools", "tool_choice")
+    params.fail(400, "tool_choice.type must be \"auto\", \"any\", \"tool\" or \"none\"", "tool_choice")
 end
 
 local function thinking_enabled(body)

@@ -169,9 +169,19 @@ local function check_tools(body)
     return tools
 end
 
--- The function names a forced call may take: all of the tools' for "required", the one named by {"type":
--- "function", "function": {"name": N}} (which must be among the tools); nil for "auto", "none" and no tool_choice.
-local function forced_call_names(tool_choice, tools)
+-- A chat tool ({"type": "function", "function": {"name", "description", "parameters"}}) from a flat tool of the
+-- Responses or Anthropic API; parameters: its schema (default: an object without properties).
+function M.function_tool(t, parameters)
+    local fn = json.ordered({ "name", t.name })
+    if t.description ~= nil then json.set(fn, "description", t.description) end
+    json.set(fn, "parameters", parameters or json.ordered({ "type", "object", "properties", json.object({}) }))
+    return json.ordered({ "type", "function", "function", fn })
+end
+
+-- The function names a forced call may take: every tool's for "required", the one named by {"type": "function",
+-- "function": {"name": N}} (chat) or {"type": "function", "name": N} (Responses), which must be among the tools;
+-- nil for "auto", "none" and no tool_choice. tools: chat tools ({"type": "function", "function": {"name"}}).
+function M.forced_call_names(tool_choice, tools)
     if tool_choice == nil or tool_choice == "auto" or tool_choice == "none" then return nil end
     local function tool_name(t) return (t["function"] or t).name end
     if (tool_choice == "required" or params.kind_of(tool_choice) == "object") and not tools then
@@ -184,10 +194,12 @@ local function forced_call_names(tool_choice, tools)
     end
     local is_object = params.kind_of(tool_choice) == "object"
     local fn = is_object and params.value(tool_choice, "function")
-    local name = params.kind_of(fn) == "object" and params.value(fn, "name")
+    local name = is_object and (params.kind_of(fn) == "object" and params.value(fn, "name") or
+                                params.value(tool_choice, "name"))
     if not is_object or params.value(tool_choice, "type") ~= "function" or type(name) ~= "string" then
-        params.fail(400, "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", " ..
-                    "\"function\": {\"name\": ...}}", "tool_choice")
+        params.fail(400, "'tool_choice' must be \"none\", \"auto\", \"required\" or name a function: {\"type\": " ..
+                    "\"function\", \"function\": {\"name\": ...}} (chat) or {\"type\": \"function\", \"name\": ...}",
+                    "tool_choice")
     end
     for _, t in ipairs(tools) do
         if tool_name(t) == name then return { name } end
@@ -203,7 +215,7 @@ local function chat_completions(req, res, app)
     if #messages == 0 then params.fail(400, "'messages' must not be empty", "messages") end
     local tools = check_tools(body)
     local tool_choice = params.value(body, "tool_choice")
-    local call_names = forced_call_names(tool_choice, tools)
+    local call_names = M.forced_call_names(tool_choice, tools)
     if tool_choice == "none" then tools = nil end
     local kwargs = params.object(body, "chat_template_kwargs") or {}
     local effort = params.string(body, "reasoning_effort") or params.value(kwargs, "reasoning_effort")

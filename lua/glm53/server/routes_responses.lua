@@ -121,30 +121,9 @@ local function to_chat_tools(body)
             params.fail(400, "tools[" .. (i - 1) .. "] must be {\"type\": \"function\", \"name\": ...} (only function " ..
                         "tools are served)", "tools")
         end
-        local fn = ordered({ "name", t.name })
-        if t.description ~= nil then json.set(fn, "description", t.description) end
-        json.set(fn, "parameters", t.parameters or ordered({ "type", "object", "properties", json.object({}) }))
-        out[#out + 1] = ordered({ "type", "function", "function", fn })
+        out[#out + 1] = routes_openai.function_tool(t, t.parameters)
     end
     return out
-end
-
--- The names a forced call may take ("required": every tool's; {"type": "function", "name": N}: N), else nil.
-local function forced_call_names(tool_choice, tools)
-    if tool_choice == nil or tool_choice == "auto" or tool_choice == "none" then return nil end
-    if not tools then params.fail(400, "'tool_choice' forces a tool call, but the request has no 'tools'", "tool_choice") end
-    local names = {}
-    for i, t in ipairs(tools) do names[i] = t["function"].name end
-    if tool_choice == "required" then return names end
-    local name = params.kind_of(tool_choice) == "object" and tool_choice.type == "function" and tool_choice.name
-    if type(name) ~= "string" then
-        params.fail(400, "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", " ..
-                    "\"name\": ...}", "tool_choice")
-    end
-    for _, n in ipairs(names) do
-        if n == name then return { n } end
-    end
-    params.fail(400, "'tool_choice' names the function '" .. name .. "', which is not among the 'tools'", "tool_choice")
 end
 
 local function responses(req, res, app)
@@ -160,7 +139,7 @@ local function responses(req, res, app)
     local messages = to_messages(body)
     local tools = to_chat_tools(body)
     local tool_choice = params.value(body, "tool_choice")
-    local call_names = forced_call_names(tool_choice, tools)
+    local call_names = routes_openai.forced_call_names(tool_choice, tools)
     if tool_choice == "none" then tools = nil end
     local reasoning = params.object(body, "reasoning")
     local effort = reasoning and params.string(reasoning, "effort")
