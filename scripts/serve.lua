@@ -33,6 +33,9 @@ local command = {
         { "policy_dir", metavar = "DIR", help = "where request policies are found (default scripts/policies)" },
         { "allowed_origins", metavar = "LIST", default = "*",
           help = "origins whose pages may call the server from a browser (CORS): *, comma-separated origins, or none" },
+        { "no_access_log", flag = true, help = "no log line per request" },
+        { "stats_interval", type = "number", min = 0, default = 10,
+          help = "seconds between throughput lines while requests run (0: none)" },
         "Limits and scheduling:",
         { "max_num_seqs", type = "integer", min = 1, default = 16, help = "sequences in the running batch" },
         { "max_model_len", type = "integer", min = 2, default = 8192, help = "prompt + output tokens per request" },
@@ -63,7 +66,8 @@ function command.run(args)
         max_model_len = args.max_model_len, max_queue = args.max_queue, prefill_chunk = args.prefill_chunk,
         speculative_max = args.speculative_max, prefix_cache_bytes = math.floor(args.prefix_cache_mb * 1024 * 1024),
         max_body_bytes = math.floor(args.max_body_mb * 1024 * 1024), policy_dir = args.policy_dir,
-        allowed_origins = origins(args.allowed_origins),
+        allowed_origins = origins(args.allowed_origins), access_log = not args.no_access_log,
+        stats_interval = args.stats_interval,
     })
     if not made then cli.fail(cli.one_line(app)) end
     for _, path in ipairs(args.script) do

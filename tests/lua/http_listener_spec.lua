@@ -279,6 +279,26 @@ describe("listener with curl", function()
         assert.are.equal(stats.sent, ctx.size)
     end)
 
+    it("runs on_finish once the response is sent, and not for one the client left", function()
+        local seen = { finished = 0, closed = 0 }
+        local ctx = run(10, function(ctx)
+            local server = ctx.listen({}, function(req, res)
+                res:on_finish(function() seen.finished = seen.finished + 1 end)
+                res:on_close(function() seen.closed = seen.closed + 1 end)
+                if req.path == "/done" then return res:finish("ok") end
+                local timer = uv.new_timer()
+                res:write_head(200, sse.headers())
+                res:on_close(function() timer:close() ctx.after(50, function() ctx.done() end) end)
+                timer:start(0, 20, function() res:write(sse.comment("tick")) end)
+            end)
+            curl(ctx, { url(server, "/done") }, function()
+                curl(ctx, { "-N", "--max-time", "0.3", url(server, "/forever") }, function() end)
+            end)
+        end)
+        assert.are.same({ finished = 1, closed = 1 }, seen)
+        assert.are.same({}, errors_logged(ctx))
+    end)
+
     it("runs on_close when the client goes away mid-response; writes then report closed", function()
         local seen = {}
         local ctx = run(10, function(ctx)

@@ -24,8 +24,9 @@ max_num_seqs (16), max_model_len (8192; tokens of prompt and output per request)
 prefill_chunk (256 rows per step), speculative_max (most MTP drafts a request may ask for; default 4 with an MTP
 layer, else 0), prefix_cache_bytes (512 MiB), max_body_bytes (16 MiB), policy_dir (scripts/policies),
 allowed_origins (the origins whose pages may call the server from a browser, CORS: a list of origins, or { "*" }
-for any, the default as in vLLM; {} for none), log (function(level, message)), plus listener timeouts / limits
-(glm53.server.listener).
+for any, the default as in vLLM; {} for none), access_log (default true: a line per request, as uvicorn writes
+under vLLM), stats_interval (seconds between throughput lines while requests run, as vLLM's; default 10, 0 = none),
+log (function(level, message)), plus listener timeouts / limits (glm53.server.listener).
 
 Routes: app:route(method, path, handler) with handler(req, res, app); a path starting with "^" is a Lua pattern
 whose captures arrive in req.params. A route's errors: app:fail(req, res, status, message[, param, code]) answers
@@ -86,7 +87,8 @@ function M.new(opts)
         max_num_seqs = opts.max_num_seqs or 16, max_model_len = opts.max_model_len or 8192,
         max_queue = opts.max_queue or 256, api_key = opts.api_key,
         policy_dir = opts.policy_dir or (M.ROOT .. "/scripts/policies"),
-        allowed_origins = opts.allowed_origins or { "*" },
+        allowed_origins = opts.allowed_origins or { "*" }, access_log = opts.access_log ~= false,
+        stats_interval = opts.stats_interval or 10,
         routes = {}, pattern_routes = {}, middleware = {}, admission = {}, policies = {}, drafts = {},
         state = "loading", created = os.time(), seed_counter = 0,
     }, App)
@@ -211,7 +213,21 @@ function App:match(method, path)
     end
 end
 
+-- The access log: one line per request once its response is sent or abandoned (client address, request line,
+-- status, seconds).
+function App:log_access(req, res)
+    local t0 = uv.hrtime()
+    local function line(outcome)
+        self.log("info", string.format('%s:%s "%s %s" %d %.3f s%s', tostring(req.remote_addr or "-"),
+                                       tostring(req.remote_port or "-"), req.method, req.target or req.path,
+                                       res.status or 0, (uv.hrtime() - t0) / 1e9, outcome))
+    end
+    res:on_finish(function() line("") end)
+    res:on_close(function() line(", the connection closed before the end") end)
+end
+
 function App:handle(req, res)
+    if self.access_log then self:log_access(req, res) end
     local ok, err = xpcall(function()
         for _, fn in ipairs(self.middleware) do
             if fn(req, res, self) then return end
@@ -489,12 +505,37 @@ function App:serve_model(m)
         prefix_cache_bytes = self.opts.prefix_cache_bytes, registry = self.registry, log = self.log,
     })
     self.state = "ready"
+    if self.stats_interval > 0 then self:start_stats() end
+end
+
+-- Every stats_interval seconds in which requests ran: the prompt and generated tokens per second, the running and
+-- waiting requests and the cache in use (vLLM's periodic line). The numbers are /metrics' own.
+function App:start_stats()
+    local reg, sched = self.registry, self.scheduler
+    local function counter(name) return reg.by_name[name] and reg.by_name[name]:get() or 0 end
+    local last = { t = uv.hrtime(), prompt = 0, generation = 0 }
+    self.stats_timer = uv.new_timer()
+    self.stats_timer:start(self.stats_interval * 1000, self.stats_interval * 1000, function()
+        local now = { t = uv.hrtime(), prompt = counter("vllm:prompt_tokens_total"),
+                      generation = counter("vllm:generation_tokens_total") }
+        local running, waiting = #sched.jobs, sched:waiting()
+        if now.prompt ~= last.prompt or now.generation ~= last.generation or running + waiting > 0 then
+            local s = (now.t - last.t) / 1e9
+            self.log("info", string.format("prompt %.1f tok/s, generation %.1f tok/s; running %d, waiting %d " ..
+                                           "requests; cache %.1f MB (prefixes %.1f MB)", (now.prompt - last.prompt) / s,
+                                           (now.generation - last.generation) / s, running, waiting,
+                                           self.model:cache_bytes() / 1e6, sched.cache.bytes / 1e6))
+        end
+        last = now
+    end)
 end
 
 function App:close(grace)
     if self.closing then return end
     self.closing = true
     local function done()
+        if self.stats_timer then self.stats_timer:close() end
+        self.stats_timer = nil
         if self.scheduler then self.scheduler:close() end
         for _, sig in ipairs(self.signals or {}) do sig:close() end
         self.signals = {}

@@ -42,6 +42,7 @@
 --                        bytes wait in libuv's queue (wait for res:on_drain), or nil, "closed"
 --   res:finish([bytes])  end the response; without a prior write, Content-Length = #bytes
 --   res:on_drain(fn)     fn() once the queue is down to limits.write_low (next loop turn if it is)
+--   res:on_finish(fn)    fn() once res:finish() has handed the whole response to the socket
 --   res:on_close(fn)     fn() once if the response ends without res:finish(): the client went away,
 --                        a timeout or shutdown closed the connection, or the handler raised
 --   res.closed           true once that has happened; writes then return nil, "closed"
@@ -175,8 +176,18 @@ function Response:finish(data)
     end
     self.finished = true
     if #out > 0 then self.conn:send(out) end
+    local cbs = self.finish_cbs
+    self.finish_cbs = nil
+    for _, fn in ipairs(cbs or {}) do protect(self.conn.server, "on_finish callback", fn) end
     self.conn:after_response(self)
     return true
+end
+
+function Response:on_finish(fn)
+    if type(fn) ~= "function" then error("res:on_finish: expected a function", 2) end
+    if self.finished or self.closed then return end
+    self.finish_cbs = self.finish_cbs or {}
+    self.finish_cbs[#self.finish_cbs + 1] = fn
 end
 
 function Response:buffered()
