@@ -505,6 +505,19 @@ describe("server", function()
         end
         assert.are.equal(want, table.concat(parts))
         assert.are.equal("stop", finish)
+        -- include_stop_str_in_output (vLLM's): the text ends with the stop string, streamed or not
+        local inc = H.post(srv, "/v1/completions", { prompt = "Once upon a time", max_tokens = 40, temperature = 0,
+                                                     stop = stop, include_stop_str_in_output = true })
+        assert.are.equal(want .. stop, inc.json.choices[1].text)
+        s = H.post(srv, "/v1/completions", { prompt = "Once upon a time", max_tokens = 40, temperature = 0, stop = stop,
+                                             include_stop_str_in_output = true, stream = true })
+        parts = {}
+        for _, d in ipairs(H.sse(s.body)) do
+            if d ~= "[DONE]" then
+                for _, c in ipairs(cjson.decode(d).choices) do parts[#parts + 1] = c.text end
+            end
+        end
+        assert.are.equal(want .. stop, table.concat(parts))
     end)
 
     it("reasoning and tool calls are parsed per the chat template, streamed as deltas too", function()

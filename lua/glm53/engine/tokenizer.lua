@@ -349,7 +349,8 @@ Stream.__index = Stream
 
 -- opts.skip_special_tokens (default false, as decode), opts.stop: a list of stop strings, opts.stop_after: tokens
 -- pushed before the stop strings apply (default 0; vLLM's min_tokens: they are looked for in the text of the
--- tokens after those, so one that begins in that text is not found).
+-- tokens after those, so one that begins in that text is not found), opts.include_stop: the text ends with the
+-- stop string found rather than before it (vLLM's include_stop_str_in_output).
 function Tokenizer:stream(opts)
     opts = opts or {}
     local stops = opts.stop or {}
@@ -367,6 +368,7 @@ function Tokenizer:stream(opts)
     return setmetatable({
         tok = self, skip_special = opts.skip_special_tokens and true or false, stops = stops, max_stop = max_stop,
         stop_after = stop_after,   -- pushes left before the stop strings apply
+        include_stop = opts.include_stop and true or false,
         pending = "",    -- bytes of an unfinished character
         held = "",       -- text that may be the start of a stop string
         stopped = false,
@@ -384,7 +386,7 @@ function Stream:_emit(text)
     end
     if at then
         self.stopped, self.held = true, ""
-        return sub(all, 1, at - 1), which
+        return sub(all, 1, at - 1 + (self.include_stop and #which or 0)), which
     end
     -- hold the longest tail that is a proper prefix of a stop string
     for k = math.min(#all, self.max_stop - 1), 1, -1 do

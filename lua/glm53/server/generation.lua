@@ -202,7 +202,7 @@ function M.start(app, g)
         local c = {
             text = {}, logprobs = {}, tokens = 0,
             detok = tok:stream({ skip_special_tokens = g.skip_special_tokens ~= false, stop = g.stop,
-                                 stop_after = g.min_tokens }),
+                                 stop_after = g.min_tokens, include_stop = g.include_stop }),
         }
         if g.parse then
             c.parser = parsers.stream(g.parse.tools, { tool_calls = g.parse.tool_calls })

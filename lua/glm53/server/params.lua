@@ -169,6 +169,7 @@ function M.generation(app, body, opts)
     if g.seed == nil then g.seed = app:random_seed() end
     g.n = M.integer(body, "n", { min = 1, max = app.max_num_seqs, default = 1 })
     g.stop = M.strings(body, opts.stop_key or "stop")
+    g.include_stop = M.boolean(body, "include_stop_str_in_output", { default = false })   -- vLLM's
     local stop_ids = M.token_ids(body, "stop_token_ids", app.n_valid) or {}
     if not M.boolean(body, "ignore_eos", { default = false }) then
         for _, id in ipairs(app.stop_ids) do stop_ids[#stop_ids + 1] = id end
