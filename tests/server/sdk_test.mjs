@@ -146,6 +146,11 @@ await check("openai responses: greedy output_text equals the chat route's; strea
   assert.equal(rtext, reasoning);
   assert.deepEqual(final.output.map((o) => o.type), r.output.map((o) => o.type));
   assert.deepEqual(final.usage, r.usage);
+  // the client's stream helper rebuilds the response from the events (content parts, deltas) and agrees
+  const helper = openai.responses.stream(req);
+  const rebuilt = await helper.finalResponse();
+  assert.equal(rebuilt.output_text, r.output_text);
+  assert.deepEqual(rebuilt.output.map((o) => o.type), r.output.map((o) => o.type));
 });
 
 await check("openai responses: function tools, a forced call, and the call's output sent back", async () => {
@@ -156,6 +161,9 @@ await check("openai responses: function tools, a forced call, and the call's out
   const call = r.output.find((o) => o.type === "function_call");
   assert.ok(call, JSON.stringify(r.output));
   assert.equal(call.name, "get_weather");
+  const streamed = await openai.responses.stream({ model, input: "What is the weather in Paris?", tools: rtools,
+    tool_choice: "required", max_output_tokens: 200, temperature: 0 }).finalResponse();
+  assert.deepEqual(streamed.output.find((o) => o.type === "function_call").arguments, call.arguments);
   const r2 = await openai.responses.create({ model, tools: rtools, max_output_tokens: 16, temperature: 0,
     input: [{ role: "user", content: "What is the weather in Paris?" }, call,
             { type: "function_call_output", call_id: call.call_id, output: "18 C and sunny" }] });

@@ -228,6 +228,9 @@ local function responses(req, res, app)
         if open.kind == "reasoning" then
             send(event(ordered({ "type", "response.reasoning_text.done", "item_id", ids.reasoning,
                                  "output_index", open.index, "content_index", 0, "text", open.text })))
+            send(event(ordered({ "type", "response.content_part.done", "item_id", ids.reasoning,
+                                 "output_index", open.index, "content_index", 0,
+                                 "part", ordered({ "type", "reasoning_text", "text", open.text }) })))
             item = reasoning_item(open.text)
         else
             local part = ordered({ "type", "output_text", "text", open.text, "annotations", array({}) })
@@ -250,11 +253,11 @@ local function responses(req, res, app)
                      or message_item(nil, "in_progress")
         items[#items + 1] = item
         send(event(ordered({ "type", "response.output_item.added", "output_index", open.index, "item", item })))
-        if kind == "message" then
-            send(event(ordered({ "type", "response.content_part.added", "item_id", ids.message,
-                                 "output_index", open.index, "content_index", 0,
-                                 "part", ordered({ "type", "output_text", "text", "", "annotations", array({}) }) })))
-        end
+        -- the item's one content part (the client's accumulator adds the deltas to it)
+        local part = kind == "message" and ordered({ "type", "output_text", "text", "", "annotations", array({}) })
+                     or ordered({ "type", "reasoning_text", "text", "" })
+        send(event(ordered({ "type", "response.content_part.added", "item_id", ids[kind],
+                             "output_index", open.index, "content_index", 0, "part", part })))
     end
     function wire.begin(_, send)
         send(event(ordered({ "type", "response.created", "response", response("in_progress") })))
