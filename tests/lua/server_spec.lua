@@ -58,10 +58,14 @@ describe("server", function()
     end)
     teardown(function() srv.stop() end)
 
-    it("answers /health, /v1/models, GET / and /metrics", function()
+    it("answers /health, /ping, /version, /v1/models, GET / and /metrics", function()
         local r = H.request(srv, "GET", "/health")
         assert.are.equal(200, r.status)
         assert.are.same({ status = "ok" }, r.json)
+        for _, method in ipairs({ "GET", "POST" }) do
+            assert.are.same({ status = "ok" }, H.request(srv, method, "/ping").json)
+        end
+        assert.matches("^%d+%.%d+%.%d+", H.request(srv, "GET", "/version").json.version)
         r = H.request(srv, "GET", "/v1/models")
         assert.are.equal("list", r.json.object)
         assert.are.equal("tiny", r.json.data[1].id)
