@@ -8,8 +8,8 @@
  *
  * Inside a tile, K is walked in blocks of MATMUL_BLOCK_K columns. F32 weights are read where they lie, BF16 too
  * when one group of x rows reads them (widened to F32 in registers, which is exact); F16 and FP8 rows, and BF16
- * rows that several groups read, are first decoded into a float scratch for the block. A micro-kernel (cpu_dot_tile, cpu_ops.h) then takes up to 3 rows of x against up to 8 rows of w at
- * once, so one weight load (and its widening) feeds several rows and one x load several weight rows: that reuse is
+ * rows that several groups read, are first decoded into a float scratch for the block. A micro-kernel
+ * (cpu_dot_tile, cpu_ops.h) then takes up to 3 rows of x against up to 8 rows of w at once, so one weight load (and its widening) feeds several rows and one x load several weight rows: that reuse is
  * what makes a 16-row decode step cost far less than 16 one-row steps.
  *
  * The arithmetic of every output element is fixed, whatever M, NX, NW, the tile or the thread: per K block, 8
@@ -220,7 +220,7 @@ CPU_INLINE void matmul_tiles(void *ctx, int64_t tile_begin, int64_t tile_end, co
     const matmul_job *job = ctx;
     const glm53_tensor *w = job->w;
     const int64_t K = job->k, N = job->n;
-    const bool in_place = w->dtype == GLM53_F32 || w->dtype == GLM53_BF16, bf16 = w->dtype == GLM53_BF16;
+    const bool bf16 = w->dtype == GLM53_BF16;
     float w_block[MATMUL_TILE_N * MATMUL_BLOCK_K] __attribute__((aligned(64)));   /* [TILE_N, BLOCK_K] */
     float acc[MATMUL_TILE_M * MATMUL_TILE_N];                                       /* [TILE_M, TILE_N] */
 
@@ -228,19 +228,16 @@ CPU_INLINE void matmul_tiles(void *ctx, int64_t tile_begin, int64_t tile_end, co
         int64_t m0 = tile / job->n_tiles_n * MATMUL_TILE_M, n0 = tile % job->n_tiles_n * MATMUL_TILE_N;
         int64_t tm = job->m - m0 < MATMUL_TILE_M ? job->m - m0 : MATMUL_TILE_M;
         int64_t tn = N - n0 < MATMUL_TILE_N ? N - n0 : MATMUL_TILE_N;
+        /* Read where they lie: F32 weights, and BF16 ones that one group of x rows reads. A BF16 block that several
+         * groups read is widened to F32 once (exact) rather than in every group's micro-kernel (16 rows: six
+         * widenings of each weight); the products and their order are unchanged. */
+        const bool in_place = w->dtype == GLM53_F32 || (bf16 && (wide || tm <= CPU_DOT_GROUP_NX));
         memset(acc, 0, sizeof acc);
 
         for (int64_t k0 = 0; k0 < K; k0 += MATMUL_BLOCK_K) {
             int64_t kb = K - k0 < MATMUL_BLOCK_K ? K - k0 : MATMUL_BLOCK_K;
             const float *x_block = job->x + m0 * K + k0;
-            if (bf16 && !wide && tm > CPU_DOT_GROUP_NX) {
-                /* Several groups of x rows will read this block: widen it to F32 once (exact) rather than in every
-                 * group's micro-kernel (16 rows: six widenings of each weight). The products and their order are
-                 * unchanged. */
-                for (int64_t r = 0; r < tn; r++)
-                    cpu_weight_row_to_f32(w, job->fp8_table, n0 + r, k0, kb, w_block + r * MATMUL_BLOCK_K);
-                matmul_block(x_block, K, tm, w_block, MATMUL_BLOCK_K, false, kb, tn, acc, wide, fused);
-            } else if (in_place) {
+            if (in_place) {
                 int64_t offset = n0 * w->stride[0] + k0;
                 if (bf16)
                     matmul_block(x_block, K, tm, (const uint16_t *)w->data + offset, w->stride[0], true, kb, tn, acc,

@@ -9,7 +9,7 @@ bench.lua - the server's batching, liveness and prefix-cache figures (docs/serve
   2. liveness: /health probes (every 20 ms) while a --prefill-tokens-token prompt prefills, --liveness-reps
      times (a different prompt each time): each prefill's slowest probe, and the 90th percentile of all probes.
      Single probes of 160-210 ms were seen in about one run in seven on a busy shared 2-vCPU VM and in one CI
-     run, none in 35 runs on a quiet one (docs/server.md); a server that stops answering while it prefills is
+     run, none in 79 runs on a quiet one (docs/server.md); a server that stops answering while it prefills is
      slow at every prefill, which the percentile shows;
   3. prefix cache: time to first token of a chat request with a --system-tokens-token system prompt, then of a
      second request sharing that system prompt with another user message; and /metrics' prefix-cache hits.
@@ -186,11 +186,9 @@ for rep = 1, args.liveness_reps do
     end)
     worst_per_prefill[rep] = worst
 end
-local sorted_ms = {}
-for i, ms in ipairs(probe_ms) do sorted_ms[i] = ms end
-table.sort(sorted_ms)
-local p90_ms = sorted_ms[math.max(1, math.ceil(0.9 * #sorted_ms))] or 0
-local worst_ms = sorted_ms[#sorted_ms] or 0
+table.sort(probe_ms)
+local p90_ms = probe_ms[math.max(1, math.ceil(0.9 * #probe_ms))] or 0
+local worst_ms = probe_ms[#probe_ms] or 0
 
 -- 3. Prefix cache: two requests sharing a long system prompt
 local WORDS = { "forecast", "pressure", "humidity", "storm", "breeze", "front", "drizzle", "gust", "haze", "frost" }

@@ -518,13 +518,11 @@ end
 -- Every stats_interval seconds in which requests ran: the prompt and generated tokens per second, the running and
 -- waiting requests and the cache in use (vLLM's periodic line). The numbers are /metrics' own.
 function App:start_stats()
-    local reg, sched = self.registry, self.scheduler
-    local function counter(name) return reg.by_name[name] and reg.by_name[name]:get() or 0 end
+    local sched = self.scheduler
     local last = { t = uv.hrtime(), prompt = 0, generation = 0 }
     self.stats_timer = uv.new_timer()
     self.stats_timer:start(self.stats_interval * 1000, self.stats_interval * 1000, function()
-        local now = { t = uv.hrtime(), prompt = counter("vllm:prompt_tokens_total"),
-                      generation = counter("vllm:generation_tokens_total") }
+        local now = { t = uv.hrtime(), prompt = sched.mx.prompt:get(), generation = sched.mx.generation:get() }
         local running, waiting = #sched.jobs, sched:waiting()
         if now.prompt ~= last.prompt or now.generation ~= last.generation or running + waiting > 0 then
             local s = (now.t - last.t) / 1e9

@@ -164,11 +164,11 @@ local function responses(req, res, app)
     local id, created = routes_openai.request_id("resp_"), os.time()
     local model = app.served_model_name
 
-    -- The response object, status "in_progress" (no output yet) or final.
-    local function response(status, output, usage, incomplete)
+    -- The response object: status "in_progress" (no output yet), "completed" or "incomplete" (max_output_tokens).
+    local function response(status, output, usage)
         return ordered({
             "id", id, "object", "response", "created_at", created, "status", status, "error", null,
-            "incomplete_details", incomplete and { reason = "max_output_tokens" } or null,
+            "incomplete_details", status == "incomplete" and { reason = "max_output_tokens" } or null,
             "instructions", params.string(body, "instructions") or null, "max_output_tokens", g.max_tokens,
             "model", model, "output", output or array({}), "parallel_tool_calls", true,
             "temperature", params.value(body, "temperature") or 1, "top_p", params.value(body, "top_p") or 1,
@@ -186,15 +186,23 @@ local function responses(req, res, app)
                  output_tokens_details = { reasoning_tokens = reasoning_tokens },
                  total_tokens = run.usage.total_tokens }
     end
-    -- Output items of a finished run (item ids as the stream named them).
-    local ids = { reasoning = routes_openai.request_id("rs_"), message = routes_openai.request_id("msg_") }
-    local function reasoning_item(text_) return ordered({ "id", ids.reasoning, "type", "reasoning", "summary", array({}),
-        "content", array({ ordered({ "type", "reasoning_text", "text", text_ }) }) })
+    local function finished(run, output)
+        return response(run.choices[1].reason == "length" and "incomplete" or "completed", output, usage_of(run))
     end
-    local function message_item(text_, status)
+    -- Output items (the streamed ones and those of a finished run share ids). A reasoning or message item holds
+    -- one content part, a reasoning_text or an output_text; text nil: an item just opened, without it.
+    local ids = { reasoning = routes_openai.request_id("rs_"), message = routes_openai.request_id("msg_") }
+    local function part_of(kind, text_)
+        if kind == "reasoning" then return ordered({ "type", "reasoning_text", "text", text_ }) end
+        return ordered({ "type", "output_text", "text", text_, "annotations", array({}) })
+    end
+    local function item_of(kind, text_, status)
+        local content = text_ == nil and array({}) or array({ part_of(kind, text_) })
+        if kind == "reasoning" then
+            return ordered({ "id", ids.reasoning, "type", "reasoning", "summary", array({}), "content", content })
+        end
         return ordered({ "id", ids.message, "type", "message", "status", status, "role", "assistant",
-                         "content", text_ == nil and array({}) or
-                             array({ ordered({ "type", "output_text", "text", text_, "annotations", array({}) }) }) })
+                         "content", content })
     end
     local function call_item(call, status)
         return ordered({ "id", "fc_" .. call.id:gsub("^chatcmpl%-tool%-", ""), "type", "function_call", "status", status,
@@ -202,14 +210,12 @@ local function responses(req, res, app)
                          "arguments", call["function"].arguments })
     end
     local function output_of(run)
-        local c = run.choices[1]
-        local r = c.result or { reasoning = "", tool_calls = {} }
+        local r = run.choices[1].result or { reasoning = "", tool_calls = {} }
         local out = array({})
-        if thinking and r.reasoning ~= "" then out[#out + 1] = reasoning_item(r.reasoning) end
-        local content = r.content or (not c.parser and c.text) or nil
-        if content and content ~= "" then out[#out + 1] = message_item(content, "completed") end
+        if thinking and r.reasoning ~= "" then out[#out + 1] = item_of("reasoning", r.reasoning) end
+        if r.content and r.content ~= "" then out[#out + 1] = item_of("message", r.content, "completed") end
         for _, call in ipairs(r.tool_calls) do out[#out + 1] = call_item(call, "completed") end
-        if #out == 0 then out[1] = message_item("", "completed") end   -- nothing was said: an empty message
+        if #out == 0 then out[1] = item_of("message", "", "completed") end   -- nothing was said: an empty message
         return out
     end
 
@@ -220,44 +226,38 @@ local function responses(req, res, app)
         json.set(value, "sequence_number", seq)
         return "event: " .. value.type .. "\ndata: " .. encode(value) .. "\n\n"
     end
+    local TEXT_EVENT = { reasoning = "response.reasoning_text", message = "response.output_text" }
     local items = array({})   -- the items streamed so far, done ones final
-    local open                -- the open item: { kind, index, text }
+    local open                -- the open reasoning or message item: { kind, index, pieces }
     local function close(send)
         if not open then return end
-        local item
-        if open.kind == "reasoning" then
-            send(event(ordered({ "type", "response.reasoning_text.done", "item_id", ids.reasoning,
-                                 "output_index", open.index, "content_index", 0, "text", open.text })))
-            send(event(ordered({ "type", "response.content_part.done", "item_id", ids.reasoning,
-                                 "output_index", open.index, "content_index", 0,
-                                 "part", ordered({ "type", "reasoning_text", "text", open.text }) })))
-            item = reasoning_item(open.text)
-        else
-            local part = ordered({ "type", "output_text", "text", open.text, "annotations", array({}) })
-            send(event(ordered({ "type", "response.output_text.done", "item_id", ids.message,
-                                 "output_index", open.index, "content_index", 0, "text", open.text })))
-            send(event(ordered({ "type", "response.content_part.done", "item_id", ids.message,
-                                 "output_index", open.index, "content_index", 0, "part", part })))
-            item = message_item(open.text, "completed")
-        end
-        items[open.index + 1] = item
-        send(event(ordered({ "type", "response.output_item.done", "output_index", open.index, "item", item })))
+        local kind, index, text_ = open.kind, open.index, table.concat(open.pieces)
+        send(event(ordered({ "type", TEXT_EVENT[kind] .. ".done", "item_id", ids[kind], "output_index", index,
+                             "content_index", 0, "text", text_ })))
+        send(event(ordered({ "type", "response.content_part.done", "item_id", ids[kind], "output_index", index,
+                             "content_index", 0, "part", part_of(kind, text_) })))
+        items[index + 1] = item_of(kind, text_, "completed")
+        send(event(ordered({ "type", "response.output_item.done", "output_index", index, "item", items[index + 1] })))
         open = nil
     end
+    -- Opens an item of kind (closing another), with its empty content part (the client's accumulator adds the
+    -- deltas to it).
     local function begin(kind, send)
         if open and open.kind == kind then return end
         close(send)
-        open = { kind = kind, index = #items, text = "" }
-        local item = kind == "reasoning" and ordered({ "id", ids.reasoning, "type", "reasoning", "summary", array({}),
-                                                       "content", array({}) })
-                     or message_item(nil, "in_progress")
-        items[#items + 1] = item
-        send(event(ordered({ "type", "response.output_item.added", "output_index", open.index, "item", item })))
-        -- the item's one content part (the client's accumulator adds the deltas to it)
-        local part = kind == "message" and ordered({ "type", "output_text", "text", "", "annotations", array({}) })
-                     or ordered({ "type", "reasoning_text", "text", "" })
-        send(event(ordered({ "type", "response.content_part.added", "item_id", ids[kind],
-                             "output_index", open.index, "content_index", 0, "part", part })))
+        open = { kind = kind, index = #items, pieces = {} }
+        items[#items + 1] = item_of(kind, nil, "in_progress")
+        send(event(ordered({ "type", "response.output_item.added", "output_index", open.index, "item", items[#items] })))
+        send(event(ordered({ "type", "response.content_part.added", "item_id", ids[kind], "output_index", open.index,
+                             "content_index", 0, "part", part_of(kind, "") })))
+    end
+    local function add(kind, delta, send)
+        begin(kind, send)
+        open.pieces[#open.pieces + 1] = delta
+        local ev = ordered({ "type", TEXT_EVENT[kind] .. ".delta", "item_id", ids[kind], "output_index", open.index,
+                             "content_index", 0, "delta", delta })
+        if kind == "message" then json.set(ev, "logprobs", array({})) end
+        send(event(ev))
     end
     function wire.begin(_, send)
         send(event(ordered({ "type", "response.created", "response", response("in_progress") })))
@@ -265,20 +265,8 @@ local function responses(req, res, app)
     end
     function wire.event(_, ev, send)
         if ev.type == "finish" then return close(send) end
-        if ev.reasoning and thinking then
-            begin("reasoning", send)
-            open.text = open.text .. ev.reasoning
-            send(event(ordered({ "type", "response.reasoning_text.delta", "item_id", ids.reasoning,
-                                 "output_index", open.index, "content_index", 0, "delta", ev.reasoning })))
-        end
-        local content = ev.content or ev.text
-        if content then
-            begin("message", send)
-            open.text = open.text .. content
-            send(event(ordered({ "type", "response.output_text.delta", "item_id", ids.message,
-                                 "output_index", open.index, "content_index", 0, "delta", content,
-                                 "logprobs", array({}) })))
-        end
+        if ev.reasoning and thinking then add("reasoning", ev.reasoning, send) end
+        if ev.content then add("message", ev.content, send) end
         for _, tc in ipairs(ev.tool_calls or {}) do
             close(send)
             local index = #items
@@ -302,18 +290,13 @@ local function responses(req, res, app)
             begin("message", send)
             close(send)
         end
-        local incomplete = run.choices[1].reason == "length"
-        send(event(ordered({ "type", incomplete and "response.incomplete" or "response.completed",
-                             "response", response(incomplete and "incomplete" or "completed", items, usage_of(run),
-                                                  incomplete) })))
+        local final = finished(run, items)
+        send(event(ordered({ "type", "response." .. final.status, "response", final })))
     end
     function wire.error_event(_, status, message, send)
         send(event(ordered({ "type", "error", "code", tostring(status), "message", message, "param", null })))
     end
-    function wire.body(run)
-        local incomplete = run.choices[1].reason == "length"
-        return response(incomplete and "incomplete" or "completed", output_of(run), usage_of(run), incomplete)
-    end
+    function wire.body(run) return finished(run, output_of(run)) end
     generation.serve(app, req, res, g, wire, {
         route = "responses", body = body, prompt_tokens = #g.prompt, max_tokens = g.max_tokens, n = 1,
     })

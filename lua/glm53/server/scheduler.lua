@@ -278,8 +278,7 @@ function Sched:_start(job)
         end
         local opts = {
             max_new = c.max_new, min_new = c.min_new, seed = c.seed, stop_ids = c.stop_ids, sampling = c.sampling,
-            k = k,
-            policy = c.new_policy and c.new_policy() or nil, draft = c.new_draft and c.new_draft() or nil,
+            k = k, policy = c.new_policy and c.new_policy() or nil, draft = c.new_draft and c.new_draft() or nil,
             capacity = self.capacity, prefix = pre, logprobs = c.logprobs,
             prompt_logprobs = i == 1 and req.prompt_logprobs or nil, embeddings = emb, use = use, capture = c.capture,
         }
