@@ -156,6 +156,10 @@ struct glm53_backend_ops {
     /* === linear (linear.c / linear.cu) ======================================================================== */
     /* y[M,N] = x[M,K] * w[N,K]^T. w: F32, BF16, F16, or F8_E4M3 with scale (dequantised on the fly). */
     glm53_status (*matmul)(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x, const glm53_tensor *w);
+    /* OPTIONAL. y[i] = x * w[i]^T for n <= 8 weights that read the same x (a layer's projections of one normed
+     * input), each y[i] exactly what matmul gives it; the point is one launch instead of n (CUDA decode). */
+    glm53_status (*matmul_multi)(glm53_backend *be, glm53_tensor *const *y, const glm53_tensor *x,
+                                 const glm53_tensor *const *w, int32_t n);
 
     /* === norm (norm.c / norm.cu) ============================================================================== */
     /* y[M,D] = x / sqrt(mean(x^2) + eps) * w; w[D] may be NULL (unweighted). In place allowed. */

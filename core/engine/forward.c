@@ -21,6 +21,15 @@ void all_reduce(step_ctx *sc, glm53_tensor *y, glm53_comm_group group) {
     if (comm) OP(comm->ops->all_reduce(comm, sc->be, y, group));
 }
 
+void matmuls_of_x(step_ctx *sc, glm53_tensor *const *y, const glm53_tensor *x, const glm53_tensor *const *w, int n) {
+    glm53_backend *be = sc->be;
+    if (be->ops->matmul_multi) {
+        OP(be->ops->matmul_multi(be, y, x, w, n));
+        return;
+    }
+    for (int i = 0; i < n; i++) OP(be->ops->matmul(be, y[i], x, w[i]));
+}
+
 glm53_tensor *embed_rows(step_ctx *sc) {
     glm53_backend *be = sc->be;
     int64_t N = sc->N, D = sc->m->config.text.hidden_size;

@@ -106,6 +106,10 @@ void moe_forward(step_ctx *sc, const moe_weights *w, const glm53_tensor *xn, glm
  * communicator (one rank). */
 void all_reduce(step_ctx *sc, glm53_tensor *y, glm53_comm_group group);
 
+/* forward.c: y[i] = x * w[i]^T for n weights that read the same x: one matmul_multi where the backend has it
+ * (one launch on the CUDA decode path), else n matmuls; the same results either way. */
+void matmuls_of_x(step_ctx *sc, glm53_tensor *const *y, const glm53_tensor *x, const glm53_tensor *const *w, int n);
+
 /* forward.c: the whole main model over the batch rows; and the shared pieces of every forward. */
 void forward_main(step_ctx *sc);
 glm53_tensor *embed_rows(step_ctx *sc);   /* E[N, D] */

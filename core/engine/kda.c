@@ -11,8 +11,8 @@
  * writes the raw rows the next steps need back into it (scattered by ring slot); the recurrence reads the state
  * of the sequence's length from the state ring and writes the states a rollback may need. The ring slots are
  * step metadata (step.c fills them), the same for every KDA layer. A backend with the fused kda_sequences op
- * (the CPU) does that per-sequence part for all the batch's sequences in one op; the op-by-op loop is the
- * definition, and what runs elsewhere and in traced steps.
+ * (CPU, CUDA) does that per-sequence part for all the batch's sequences in one op; the op-by-op loop is the
+ * definition, and what runs elsewhere, in traced steps and for shapes the fused op does not take.
  */
 #include "core/engine/graph.h"
 #include "core/engine/weights.h"
@@ -82,18 +82,17 @@ void kda_forward(step_ctx *sc, const layer_weights *L, int layer, const glm53_te
     int64_t N = sc->N, Hk = sc->rank->kda_heads, dk = c->linear_head_dim, C = Hk * dk;   /* this rank's heads */
 
     glm53_tensor *qkv[3] = {NEW(sc->act, 2, N, C, 0), NEW(sc->act, 2, N, C, 0), NEW(sc->act, 2, N, C, 0)};
-    const glm53_tensor *proj[3] = {&w->q_proj, &w->k_proj, &w->v_proj};
     const glm53_tensor *conv_w[3] = {&w->q_conv, &w->k_conv, &w->v_conv};
-    for (int i = 0; i < 3; i++) OP(be->ops->matmul(be, qkv[i], xn, proj[i]));
     glm53_tensor *fa = NEW(sc->act, 2, N, dk, 0), *f = NEW(sc->act, 2, N, C, 0), *g = NEW(GLM53_F32, 2, N, C, 0);
-    OP(be->ops->matmul(be, fa, xn, &w->f_a));
+    glm53_tensor *beta = NEW(GLM53_F32, 2, N, Hk, 0);
+    glm53_tensor *ga = NEW(sc->act, 2, N, dk, 0), *gz = NEW(sc->act, 2, N, C, 0);
+    /* Every projection of xn at once (one launch on the CUDA decode path). */
+    glm53_tensor *of_xn[6] = {qkv[0], qkv[1], qkv[2], fa, beta, ga};
+    const glm53_tensor *proj[6] = {&w->q_proj, &w->k_proj, &w->v_proj, &w->f_a, &w->b_proj, &w->g_a};
+    matmuls_of_x(sc, of_xn, xn, proj, 6);
     OP(be->ops->matmul(be, f, fa, &w->f_b));
     OP(be->ops->kda_gate(be, g, f, &w->A_log, &w->dt_bias, c->linear_has_lower_bound, c->linear_lower_bound));
-    glm53_tensor *beta = NEW(GLM53_F32, 2, N, Hk, 0);
-    OP(be->ops->matmul(be, beta, xn, &w->b_proj));
     OP(be->ops->unary(be, beta, beta, GLM53_UNARY_SIGMOID));
-    glm53_tensor *ga = NEW(sc->act, 2, N, dk, 0), *gz = NEW(sc->act, 2, N, C, 0);
-    OP(be->ops->matmul(be, ga, xn, &w->g_a));
     OP(be->ops->matmul(be, gz, ga, &w->g_b));
     glm53_tensor *o = NEW(sc->act, 3, N, Hk, dk);
     trace(sc, layer, "kda_q_raw", qkv[0]);
@@ -101,10 +100,11 @@ void kda_forward(step_ctx *sc, const layer_weights *L, int layer, const glm53_te
     trace(sc, layer, "kda_beta", beta);
     trace(sc, layer, "kda_gz", gz);
 
-    bool fused = be->ops->kda_sequences && !sc->m->trace_dir;
+    bool fused = be->ops->kda_sequences && !sc->m->trace_dir && sc->st == GLM53_OK;
     if (fused) {
         /* The whole per-sequence part in one op (a backend that has it runs the sequences and heads side by
-         * side); traced steps take the op-by-op path below, which has the intermediates to show. */
+         * side); traced steps take the op-by-op path below, which has the intermediates to show, and so do
+         * shapes the fused op refuses (GLM53_ERR_UNSUPPORTED, before it has done anything). */
         glm53_kda_seq *ks = sc->plan->kda_seqs;
         for (int32_t i = 0; i < sc->n_seqs; i++) {
             const seq_slice *s = &sc->slices[i];
@@ -115,7 +115,14 @@ void kda_forward(step_ctx *sc, const layer_weights *L, int layer, const glm53_te
                                     .slots = s->kda_slots};
         }
         const glm53_tensor *raw[3] = {qkv[0], qkv[1], qkv[2]};
-        OP(be->ops->kda_sequences(be, o, raw, conv_w, g, beta, ks, sc->n_seqs, 1e-6f, 1.0f / sqrtf((float)dk)));
+        glm53_status st = be->ops->kda_sequences(be, o, raw, conv_w, g, beta, ks, sc->n_seqs, 1e-6f,
+                                                 1.0f / sqrtf((float)dk));
+        if (st == GLM53_ERR_UNSUPPORTED) {
+            glm53_clear_error();
+            fused = false;
+        } else {
+            sc->st = st;
+        }
     }
     for (int32_t i = 0; i < sc->n_seqs && sc->st == GLM53_OK && !fused; i++) {
         const seq_slice *s = &sc->slices[i];

@@ -34,11 +34,12 @@ void sparse_mla_forward(step_ctx *sc, const layer_weights *L, int layer, const g
     int64_t dn = c->qk_nope_head_dim, dvm = c->v_head_dim;
 
     glm53_tensor *qa = NEW(sc->act, 2, N, Dq, 0), *q = NEW(sc->act, 3, N, Hm, dn), *lat = NEW(sc->act, 2, N, R, 0);
-    OP(be->ops->matmul(be, qa, xn, &w->q_a));
+    glm53_tensor *of_xn[2] = {qa, lat};
+    const glm53_tensor *proj[2] = {&w->q_a, &w->kv_a};
+    matmuls_of_x(sc, of_xn, xn, proj, 2);
     OP(be->ops->rmsnorm(be, qa, qa, &w->q_a_norm, c->rms_norm_eps));
     glm53_tensor q2 = glm53_tensor_reshape(q, 2, N, Hm * dn, 0);
     OP(be->ops->matmul(be, &q2, qa, &w->q_b));
-    OP(be->ops->matmul(be, lat, xn, &w->kv_a));
     OP(be->ops->rmsnorm(be, lat, lat, &w->kv_a_norm, c->rms_norm_eps));
     glm53_tensor *o = NEW(sc->act, 3, N, Hm, dvm);
     trace(sc, layer, "mla_qa", qa);

@@ -27,6 +27,8 @@
 #include "kernels/cuda/cuda_common.cuh"
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <new>
 #include <string>
@@ -74,6 +76,23 @@ glm53_status cuda_smem_optin(cuda_backend *cb, const void *kernel, size_t bytes,
     if (slot < 0 && cb->n_smem_opted < (int32_t)(sizeof cb->smem_opted / sizeof cb->smem_opted[0]))
         slot = cb->n_smem_opted++;
     if (slot >= 0) cb->smem_opted[slot] = {kernel, bytes};
+    return GLM53_OK;
+}
+
+/* The decode-path switches' defaults: off until a GPU run of this tree has checked them (decode_ab.sh). */
+static const bool CUDA_DEFAULT_GEMV_STREAM = false, CUDA_DEFAULT_PDL = false, CUDA_DEFAULT_KDA_SEQUENCES = false;
+
+glm53_status cuda_blocks_per_sm(cuda_backend *cb, const void *kernel, int threads, size_t smem, int *blocks) {
+    for (int32_t i = 0; i < cb->n_occupancy; i++)
+        if (cb->occupancy[i].kernel == kernel && cb->occupancy[i].smem == smem && cb->occupancy[i].threads == threads) {
+            *blocks = cb->occupancy[i].blocks;
+            return GLM53_OK;
+        }
+    int n = 0;
+    CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, smem));
+    *blocks = n > 0 ? n : 1;
+    if (cb->n_occupancy < (int32_t)(sizeof cb->occupancy / sizeof cb->occupancy[0]))
+        cb->occupancy[cb->n_occupancy++] = {kernel, smem, threads, *blocks};
     return GLM53_OK;
 }
 
@@ -654,6 +673,16 @@ static glm53_status cuda_backend_init(cuda_backend *cb, int32_t ordinal) {
                           cudaGetErrorString(e));
     }
     cb->smem_optin = (int32_t)prop.sharedMemPerBlockOptin;
+    cb->sm_count = (int32_t)prop.multiProcessorCount;
+    /* Switches of the decode path: "0" off, "1" on, unset the default here (tests/cuda/h200/decode_ab.sh times
+     * them side by side; docs/cuda.md says which are measured). */
+    auto switched_on = [](const char *name, bool by_default) {
+        const char *v = getenv(name);
+        return v && (!strcmp(v, "0") || !strcmp(v, "1")) ? v[0] == '1' : by_default;
+    };
+    cb->gemv_stream = switched_on("GLM53_CUDA_GEMV_STREAM", CUDA_DEFAULT_GEMV_STREAM);
+    cb->pdl = switched_on("GLM53_CUDA_PDL", CUDA_DEFAULT_PDL);
+    cb->kda_sequences = switched_on("GLM53_CUDA_KDA_SEQUENCES", CUDA_DEFAULT_KDA_SEQUENCES);
 
     cb->allocator = new (std::nothrow) cuda_allocator();
     if (!cb->allocator) return GLM53_FAIL(GLM53_ERR_OUT_OF_MEMORY, "cuda: no host memory for the allocator");
@@ -696,6 +725,7 @@ static const glm53_backend_ops cuda_ops = {
     .profile_start = cuda_profile_start,
     .profile_report = cuda_profile_report,
     .matmul = cuda_matmul,
+    .matmul_multi = cuda_matmul_multi,
     .rmsnorm = cuda_rmsnorm,
     .layernorm = cuda_layernorm,
     .l2norm = cuda_l2norm,
@@ -716,6 +746,7 @@ static const glm53_backend_ops cuda_ops = {
     .conv1d_causal = cuda_conv1d_causal,
     .kda_gate = cuda_kda_gate,
     .kda_recurrent = cuda_kda_recurrent,
+    .kda_sequences = cuda_kda_sequences,
     .kpool_compress = cuda_kpool_compress,
     .kpool_score = cuda_kpool_score,
     .kpool_select = cuda_kpool_select,

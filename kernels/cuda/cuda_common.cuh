@@ -69,9 +69,51 @@ struct cuda_backend {
     glm53_backend_counters counters;    /* cudaMallocs and host waits since creation (the test hook) */
     cuda_profile   *profile;            /* non-NULL while timing kernels (profile_start) */
     char            profile_detail[48]; /* appended to the next labels (a matmul's M x N x K), "" for none */
+    int32_t         sm_count;           /* multiprocessors of the device */
+    struct { const void *kernel; size_t smem; int32_t threads, blocks; } occupancy[32];   /* cuda_blocks_per_sm's */
+    int32_t         n_occupancy;
+    bool            gemv_stream;        /* decode matmuls on the streaming tensor-core GEMV (GLM53_CUDA_GEMV_STREAM=0: off) */
+    bool            pdl;                /* kernels that support it launch with programmatic dependent launch
+                                           (GLM53_CUDA_PDL=0: off) */
+    bool            kda_sequences;      /* the fused KDA op (GLM53_CUDA_KDA_SEQUENCES=0: off, the op-by-op chain) */
 };
 
 static inline cuda_backend *cuda_impl(glm53_backend *be) { return (cuda_backend *)be->impl; }
+
+/* Blocks of `threads` threads and `smem` bytes of dynamic shared memory one multiprocessor runs at once (at least
+ * 1), asked once per kernel and size. */
+glm53_status cuda_blocks_per_sm(cuda_backend *cb, const void *kernel, int threads, size_t smem, int *blocks);
+
+/* Programmatic dependent launch. A kernel launched with it (cuda_launch's pdl) may start while the kernel before
+ * it in the stream is still running, once every block of that one has called cuda_pdl_launch_dependents (or
+ * ended); it may do only work that reads nothing an earlier kernel writes (weights) before cuda_pdl_wait, which
+ * returns when the kernel before has finished and its writes are visible. Every block of such a kernel must call
+ * cuda_pdl_wait, even one with nothing to do: the kernel after it counts on "this kernel finished" meaning
+ * "everything before it finished". Both are no-ops in a kernel launched without the attribute. */
+__device__ inline void cuda_pdl_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+__device__ inline void cuda_pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+/* The start of a kernel whose every read depends on earlier kernels: let the next one launch, then wait. */
+__device__ inline void cuda_pdl_begin() {
+    cuda_pdl_launch_dependents();
+    cuda_pdl_wait();
+}
+
+/* kernel<<<grid, block, smem, cb->stream>>>(args...), with programmatic dependent launch when pdl. */
+template <typename... Params, typename... Args>
+static inline cudaError_t cuda_launch(cuda_backend *cb, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                                      bool pdl, Args &&...args) {
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = cb->stream;
+    cfg.attrs = attr;
+    cfg.numAttrs = pdl ? 1 : 0;
+    return cudaLaunchKernelEx(&cfg, kernel, static_cast<Args &&>(args)...);
+}
 
 /* ------------------------------------------------------------------------------------------------------------
  * Errors
@@ -294,6 +336,22 @@ __device__ inline float cuda_block_max(float v) {
     return best;
 }
 
+/* Threads of a row-normalisation block (norm.cu). A row of at most this many elements is one element per thread,
+ * the form kda_sequences' L2 norms reproduce. */
+enum { CUDA_NORM_THREADS = 256 };
+
+/* FLA's l2norm (eps inside the sqrt) of an element x of a row whose squares sum to sum_squares (a cuda_block_sum):
+ * x / sqrt(sum_squares + eps) * scale. The l2norm op and the fused kda_sequences both normalise through these two,
+ * so they give the same bits. */
+__device__ inline float cuda_l2norm_factor(float sum_squares, float eps) { return 1.0f / sqrtf(sum_squares + eps); }
+__device__ inline float cuda_l2norm_apply(float x, float factor, float scale) { return x * factor * scale; }
+
+/* The value an act_out of this dtype stores for v, as an act_in reads it back: what a fused kernel keeps of an
+ * intermediate the op-by-op chain would have stored in an activation tensor. */
+__device__ inline float cuda_act_round(bool bf16, float v) {
+    return bf16 ? __bfloat162float(__float2bfloat16_rn(v)) : v;
+}
+
 __device__ inline float cuda_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 /* x / (1 + e^-x): one rounding fewer than x * sigmoid(x), as the CPU backend. */
 __device__ inline float cuda_silu(float x) { return x / (1.0f + expf(-x)); }
@@ -318,6 +376,8 @@ glm53_status cuda_convert(cuda_backend *cb, act_out y, act_in x, int64_t n);
  * Op entry points (semantics and shapes: backend.h)
  */
 glm53_status cuda_matmul(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x, const glm53_tensor *w);
+glm53_status cuda_matmul_multi(glm53_backend *be, glm53_tensor *const *y, const glm53_tensor *x,
+                               const glm53_tensor *const *w, int32_t n);
 glm53_status cuda_swiglu_gate_up(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x, const glm53_tensor *w_gate,
                                  const glm53_tensor *w_up, float limit);
 
@@ -357,6 +417,9 @@ glm53_status cuda_kda_gate(glm53_backend *be, glm53_tensor *g, const glm53_tenso
 glm53_status cuda_kda_recurrent(glm53_backend *be, glm53_tensor *o, const glm53_tensor *q, const glm53_tensor *k,
                                 const glm53_tensor *v, const glm53_tensor *g, const glm53_tensor *beta,
                                 glm53_tensor *states, const glm53_tensor *slots);
+glm53_status cuda_kda_sequences(glm53_backend *be, glm53_tensor *o, const glm53_tensor *const raw[3],
+                                const glm53_tensor *const w[3], const glm53_tensor *g, const glm53_tensor *beta,
+                                const glm53_kda_seq *seqs, int32_t n_seqs, float eps, float q_scale);
 
 glm53_status cuda_kpool_compress(glm53_backend *be, glm53_tensor *pooled, const glm53_tensor *kappa,
                                  const glm53_tensor *sigma, const glm53_tensor *ape);

@@ -14,6 +14,7 @@ enum { EW_THREADS = 256 };
  * Kernels
  */
 __global__ void unary_kernel(act_out y, act_in x, int64_t n, glm53_unary_op op) {
+    cuda_pdl_begin();
     GRID_STRIDE(i, n) {
         float v = x[i], r;
         switch (op) {
@@ -48,6 +49,7 @@ __global__ void axpby_kernel(act_out y, act_in x, act_in y_old, int64_t n, float
 
 /* y = silu(min(gate, limit)) * clamp(up, -limit, limit); limit <= 0: no clamp. */
 __global__ void swiglu_kernel(act_out y, act_in gate, act_in up, int64_t n, float limit) {
+    cuda_pdl_begin();
     GRID_STRIDE(i, n) {
         y.store(i, cuda_swiglu_value(gate[i], up[i], limit));
     }
@@ -63,7 +65,7 @@ glm53_status cuda_unary(glm53_backend *be, glm53_tensor *y, const glm53_tensor *
     GLM53_TRY(cuda_enter(cb));
     int64_t n = glm53_tensor_numel(x);
     if (n == 0) return GLM53_OK;
-    unary_kernel<<<cuda_blocks_for(n, EW_THREADS), EW_THREADS, 0, cb->stream>>>(cuda_act_out(y), cuda_act_in(x), n, op);
+    CUDA_TRY(cuda_launch(cb, unary_kernel, cuda_blocks_for(n, EW_THREADS), EW_THREADS, 0, cb->pdl, cuda_act_out(y), cuda_act_in(x), n, op));
     CUDA_LAUNCHED("unary");
     return GLM53_OK;
 }
@@ -105,8 +107,8 @@ glm53_status cuda_swiglu(glm53_backend *be, glm53_tensor *y, const glm53_tensor 
     assert(glm53_tensor_numel(gate) == n && glm53_tensor_numel(up) == n);
     GLM53_TRY(cuda_enter(cb));
     if (n == 0) return GLM53_OK;
-    swiglu_kernel<<<cuda_blocks_for(n, EW_THREADS), EW_THREADS, 0, cb->stream>>>(
-        cuda_act_out(y), cuda_act_in(gate), cuda_act_in(up), n, limit);
+    CUDA_TRY(cuda_launch(cb, swiglu_kernel, cuda_blocks_for(n, EW_THREADS), EW_THREADS, 0, cb->pdl, 
+        cuda_act_out(y), cuda_act_in(gate), cuda_act_in(up), n, limit));
     CUDA_LAUNCHED("swiglu");
     return GLM53_OK;
 }

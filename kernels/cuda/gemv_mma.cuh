@@ -124,141 +124,140 @@ __device__ inline uint4 gemv_mma_load_stream(const void *p) {
     return v;
 }
 
-/* The block's part of the product: for n-tile r (rows tile_row[r] .. + 8 of weight tile_w[r], rows past
- * tile_end[r] read as zero), sums[r][m][c] = x[m] . w_r[tile_row[r] + c] for m < 16 (rows >= M are zero), in F32,
- * the 8 warps' partial sums added in warp order. `smem` is the block's dynamic shared memory
- * (gemv_mma_smem(M, R, slab_cols) bytes); the sums are left in it (returned), valid for every thread after the
- * final barrier. Every thread of the block must call it. */
-template <bool FP8, int R, int U, bool HW_CVT = false>
-__device__ inline const float *gemv_mma_block(uint8_t *smem, const weight_ref (&tile_w)[R], const int64_t (&tile_row)[R],
-                                              const int64_t (&tile_end)[R], const __nv_bfloat16 *__restrict__ x,
-                                              int M, int K, int slab_cols) {
-    constexpr int CH = FP8 ? 16 : 8;   /* elements per lane per group */
-    constexpr int GROUP = 4 * CH;      /* elements of a weight row per group */
-    constexpr int STEPS = CH / 4;      /* MMAs per group and n-tile */
-    const int MS = gemv_mma_x_rows(M), ld = slab_cols + GEMV_MMA_PAD;
-    __nv_bfloat16 *xs = reinterpret_cast<__nv_bfloat16 *>(smem);
-    float *sums = reinterpret_cast<float *>(smem + (size_t)MS * ld * 2);
-    const int lane = threadIdx.x & 31, warp = threadIdx.x / 32, g = lane / 4, q = lane % 4;
-    const size_t row_bytes = (size_t)K * (FP8 ? 1 : 2);
+/* What a lane loads of one n-tile: its weight row (the tile's first row + g, NULL past the weight's end: it
+ * loads zeros) and the tile's FP8 block-scale row (NULL: scale 1; a tile's 8 rows share one, block_rows % 8 == 0). */
+struct gemv_mma_lane_rows {
+    const uint8_t *row;
+    const float   *scale_row;
+    int            block_cols;
+};
 
-    float acc[R][4];
-#pragma unroll
-    for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = acc[r][2] = acc[r][3] = 0.0f;
+template <bool FP8>
+__device__ inline gemv_mma_lane_rows gemv_mma_rows_of(const weight_ref &w, int64_t tile_row, int64_t tile_end, int K,
+                                                      int g) {
+    const int64_t n = tile_row + g;
+    gemv_mma_lane_rows t;
+    t.row = n < tile_end ? (const uint8_t *)w.data + n * (int64_t)K * (FP8 ? 1 : 2) : nullptr;
+    t.scale_row = FP8 && w.scale && tile_row < tile_end ? w.scale + (tile_row / w.block_rows) * w.scale_stride : nullptr;
+    t.block_cols = w.block_cols;
+    return t;
+}
 
-    /* Weights of U k-groups per n-tile (and their FP8 block scales), loaded one step ahead of their use: the
-     * first step's while x is staged, each next step's while the current one is computed. */
-    uint4 next[U][R];
-    float next_scale[U][R];
-    int groups = 0, kg_base = 0;
-    auto load_groups = [&](int kg0) {
+/* One step's weights in registers: U k-groups of R n-tiles (16 bytes a lane each) and their FP8 block scales. */
+template <bool FP8, int R, int U>
+struct gemv_mma_step {
+    uint4 w[U][R];
+    float scale[U][R];
+};
+
+/* Loads the step of k-groups kg0, kg0 + 8, ... (U of them; those >= groups read as zero) of the R n-tiles; kg_base
+ * is the first group of the staged slab. */
+template <bool FP8, int R, int U>
+__device__ inline void gemv_mma_load(gemv_mma_step<FP8, R, U> &s, const gemv_mma_lane_rows (&t)[R], int kg0,
+                                     int groups, int kg_base, int q) {
+    constexpr int CH = FP8 ? 16 : 8, GROUP = 4 * CH;
 #pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int kg = kg0 + GEMV_MMA_WARPS * u;
+    for (int u = 0; u < U; u++) {
+        const int kg = kg0 + GEMV_MMA_WARPS * u;
 #pragma unroll
-            for (int r = 0; r < R; r++) {
-                const int64_t n = tile_row[r] + g;
-                const size_t col = (size_t)(kg_base + kg) * GROUP + CH * q;
-                next[u][r] = kg < groups && n < tile_end[r]
-                                 ? gemv_mma_load_stream((const uint8_t *)tile_w[r].data + n * row_bytes + col * (FP8 ? 1 : 2))
-                                 : make_uint4(0, 0, 0, 0);
-                const weight_ref &w = tile_w[r];
-                next_scale[u][r] = FP8 && w.scale && kg < groups && tile_row[r] < tile_end[r]
-                                       ? w.scale[(tile_row[r] / w.block_rows) * w.scale_stride +
-                                                 (int64_t)(kg_base + kg) * GROUP / w.block_cols]
-                                       : 1.0f;
+        for (int r = 0; r < R; r++) {
+            const size_t col = (size_t)(kg_base + kg) * GROUP + CH * q;
+            s.w[u][r] = kg < groups && t[r].row ? gemv_mma_load_stream(t[r].row + col * (FP8 ? 1 : 2))
+                                                : make_uint4(0, 0, 0, 0);
+            s.scale[u][r] = FP8 && t[r].scale_row && kg < groups
+                                ? t[r].scale_row[(int64_t)(kg_base + kg) * GROUP / t[r].block_cols]
+                                : 1.0f;
+        }
+    }
+}
+
+/* Stages x[0..M, k0 .. k0 + slab) (rows M..MS zero) into xs [MS, ld] BF16, times 2^64 for FP8 weights (with the
+ * bit-placed codes each 4 columns in the order 0, 2, 1, 3). Every thread of the block takes part; no barrier. */
+template <bool FP8, bool HW_CVT>
+__device__ inline void gemv_mma_stage_x(__nv_bfloat16 *xs, int ld, const __nv_bfloat16 *__restrict__ x, int M, int MS,
+                                        int K, int k0, int slab) {
+    for (int i = threadIdx.x; i < MS * slab / 8; i += blockDim.x) {
+        int m = i / (slab / 8), c = (i % (slab / 8)) * 8;
+        uint4 v = make_uint4(0, 0, 0, 0);
+        if (m < M) {
+            v = *reinterpret_cast<const uint4 *>(x + (size_t)m * K + k0 + c);
+            if (FP8) {
+                float f[8];
+                cuda_bf16x8_to_float(v, f);
+                uint32_t o[4];
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    const int a = HW_CVT ? 2 * j : (j & ~1) * 2 + (j & 1), b = HW_CVT ? a + 1 : a + 2;
+                    __nv_bfloat162 h = __floats2bfloat162_rn(f[a] * GEMV_MMA_X_SCALE, f[b] * GEMV_MMA_X_SCALE);
+                    o[j] = *reinterpret_cast<uint32_t *>(&h);
+                }
+                v = make_uint4(o[0], o[1], o[2], o[3]);
             }
         }
-    };
+        *reinterpret_cast<uint4 *>(xs + (size_t)m * ld + c) = v;
+    }
+}
 
-    for (int k_slab = 0; k_slab < K; k_slab += slab_cols) {
-        const int slab = min(slab_cols, K - k_slab);
-        groups = slab / GROUP, kg_base = k_slab / GROUP;
-        load_groups(warp);
-        /* stage x[0..M, k_slab .. k_slab + slab) (rows M..MS zero), times 2^64 for FP8 weights */
-        if (k_slab) __syncthreads();   /* every warp is done with the previous slab */
-        for (int i = threadIdx.x; i < MS * slab / 8; i += blockDim.x) {
-            int m = i / (slab / 8), c = (i % (slab / 8)) * 8;
-            uint4 v = make_uint4(0, 0, 0, 0);
-            if (m < M) {
-                v = *reinterpret_cast<const uint4 *>(x + (size_t)m * K + k_slab + c);
-                if (FP8) {
-                    /* times 2^64; with the bit-placed codes, each 4 columns stored in the order 0, 2, 1, 3 */
-                    float f[8];
-                    cuda_bf16x8_to_float(v, f);
-                    uint32_t o[4];
+/* The MMAs of one loaded step: acc[r] += x[x_row0 .. + M] (staged, rows past M zero) times the step's groups of
+ * n-tile r, each FP8 group's sum times its block scale. */
+template <bool FP8, int R, int U, bool HW_CVT>
+__device__ inline void gemv_mma_compute(float (&acc)[R][4], const gemv_mma_step<FP8, R, U> &p,
+                                        const __nv_bfloat16 *xs, int ld, int x_row0, int M, int kg0, int groups, int g,
+                                        int q) {
+    constexpr int CH = FP8 ? 16 : 8, GROUP = 4 * CH, STEPS = CH / 4;
+    const __nv_bfloat16 *xa_row = xs + (size_t)(x_row0 + g) * ld, *xb_row = xs + (size_t)(x_row0 + g + 8) * ld;
 #pragma unroll
-                    for (int j = 0; j < 4; j++) {
-                        const int a = HW_CVT ? 2 * j : (j & ~1) * 2 + (j & 1), b = HW_CVT ? a + 1 : a + 2;
-                        __nv_bfloat162 h = __floats2bfloat162_rn(f[a] * GEMV_MMA_X_SCALE, f[b] * GEMV_MMA_X_SCALE);
-                        o[j] = *reinterpret_cast<uint32_t *>(&h);
-                    }
-                    v = make_uint4(o[0], o[1], o[2], o[3]);
-                }
-            }
-            *reinterpret_cast<uint4 *>(xs + (size_t)m * ld + c) = v;
+    for (int u = 0; u < U; u++) {
+        const int kg = kg0 + GEMV_MMA_WARPS * u;
+        if (kg >= groups) break;
+        const int col = kg * GROUP + CH * q;   /* in the slab */
+        uint2 xa[STEPS], xb[STEPS];            /* x rows g and g + 8 at columns col + 4 s .. + 4 */
+#pragma unroll
+        for (int st = 0; st < STEPS; st++) {
+            xa[st] = g < M ? *reinterpret_cast<const uint2 *>(xa_row + col + 4 * st) : make_uint2(0, 0);
+            xb[st] = g + 8 < M ? *reinterpret_cast<const uint2 *>(xb_row + col + 4 * st) : make_uint2(0, 0);
         }
-        __syncthreads();
-
-        for (int kg0 = warp; kg0 < groups; kg0 += GEMV_MMA_WARPS * U) {
-            uint4 p[U][R];
-            float p_scale[U][R];
 #pragma unroll
-            for (int u = 0; u < U; u++)
+        for (int r = 0; r < R; r++) {
+            const uint32_t words[4] = {p.w[u][r].x, p.w[u][r].y, p.w[u][r].z, p.w[u][r].w};
+            uint32_t bw[2 * STEPS];   /* this lane's CH weights as BF16 pairs */
+            if constexpr (FP8 && HW_CVT) {
 #pragma unroll
-                for (int r = 0; r < R; r++) p[u][r] = next[u][r], p_scale[u][r] = next_scale[u][r];
-            if (kg0 + GEMV_MMA_WARPS * U < groups) load_groups(kg0 + GEMV_MMA_WARPS * U);   /* in flight meanwhile */
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                const int kg = kg0 + GEMV_MMA_WARPS * u;
-                if (kg >= groups) break;
-                const int col = kg * GROUP + CH * q;   /* in the slab */
-                uint2 xa[STEPS], xb[STEPS];            /* x rows g and g + 8 at columns col + 4 s .. + 4 */
-#pragma unroll
-                for (int st = 0; st < STEPS; st++) {
-                    xa[st] = g < M ? *reinterpret_cast<const uint2 *>(xs + (size_t)g * ld + col + 4 * st)
-                                   : make_uint2(0, 0);
-                    xb[st] = g + 8 < M ? *reinterpret_cast<const uint2 *>(xs + (size_t)(g + 8) * ld + col + 4 * st)
-                                       : make_uint2(0, 0);
+                for (int j = 0; j < 4; j++) {
+                    bw[2 * j] = gemv_mma_fp8x2_to_bf16x2((uint16_t)(words[j] & 0xffffu));
+                    bw[2 * j + 1] = gemv_mma_fp8x2_to_bf16x2((uint16_t)(words[j] >> 16));
                 }
+            } else if constexpr (FP8) {
 #pragma unroll
-                for (int r = 0; r < R; r++) {
-                    const uint32_t words[4] = {p[u][r].x, p[u][r].y, p[u][r].z, p[u][r].w};
-                    uint32_t bw[2 * STEPS];   /* this lane's CH weights as BF16 pairs */
-                    if constexpr (FP8 && HW_CVT) {
-#pragma unroll
-                        for (int j = 0; j < 4; j++) {
-                            bw[2 * j] = gemv_mma_fp8x2_to_bf16x2((uint16_t)(words[j] & 0xffffu));
-                            bw[2 * j + 1] = gemv_mma_fp8x2_to_bf16x2((uint16_t)(words[j] >> 16));
-                        }
-                    } else if constexpr (FP8) {
-#pragma unroll
-                        for (int j = 0; j < 4; j++) {
-                            bw[2 * j] = gemv_mma_fp8x4_to_bf16x2_even(words[j]);
-                            bw[2 * j + 1] = gemv_mma_fp8x4_to_bf16x2_odd(words[j]);
-                        }
-                    } else {
-#pragma unroll
-                        for (int j = 0; j < 4; j++) bw[j] = words[j];
-                    }
-                    float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-                    for (int st = 0; st < STEPS; st++)
-                        gemv_mma_16816(d, xa[st].x, xb[st].x, xa[st].y, xb[st].y, bw[2 * st], bw[2 * st + 1]);
-                    if constexpr (FP8) {
-                        const float s = p_scale[u][r] * (HW_CVT ? GEMV_MMA_UNSCALE_CVT : GEMV_MMA_UNSCALE);
-#pragma unroll
-                        for (int j = 0; j < 4; j++) acc[r][j] += d[j] * s;
-                    } else {
-#pragma unroll
-                        for (int j = 0; j < 4; j++) acc[r][j] += d[j];
-                    }
+                for (int j = 0; j < 4; j++) {
+                    bw[2 * j] = gemv_mma_fp8x4_to_bf16x2_even(words[j]);
+                    bw[2 * j + 1] = gemv_mma_fp8x4_to_bf16x2_odd(words[j]);
                 }
+            } else {
+#pragma unroll
+                for (int j = 0; j < 4; j++) bw[j] = words[j];
+            }
+            float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+            for (int st = 0; st < STEPS; st++)
+                gemv_mma_16816(d, xa[st].x, xb[st].x, xa[st].y, xb[st].y, bw[2 * st], bw[2 * st + 1]);
+            if constexpr (FP8) {
+                const float s = p.scale[u][r] * (HW_CVT ? GEMV_MMA_UNSCALE_CVT : GEMV_MMA_UNSCALE);
+#pragma unroll
+                for (int j = 0; j < 4; j++) acc[r][j] += d[j] * s;
+            } else {
+#pragma unroll
+                for (int j = 0; j < 4; j++) acc[r][j] += d[j];
             }
         }
     }
-    /* the C fragment: acc[r][0..1] are row g, tile columns 2q and 2q + 1; acc[r][2..3] row g + 8. Each warp
-     * writes its own [R][16][8] block; then thread i adds element i over the warps, in warp order, into warp 0's */
+}
+
+/* The 8 warps' partial sums added in warp order into sums [R][16][8] (warp 0's part of the [8][R][16][8] area
+ * `sums` points at): the C fragment's acc[r][0..1] are row g, tile columns 2q and 2q + 1, acc[r][2..3] row g + 8.
+ * Two barriers; the result is valid for every thread after the second. */
+template <int R>
+__device__ inline void gemv_mma_reduce(float *sums, const float (&acc)[R][4], int warp, int g, int q) {
 #pragma unroll
     for (int r = 0; r < R; r++)
 #pragma unroll
@@ -270,7 +269,168 @@ __device__ inline const float *gemv_mma_block(uint8_t *smem, const weight_ref (&
         sums[i] = s;
     }
     __syncthreads();
+}
+
+/* The block's part of the product: for n-tile r (rows tile_row[r] .. + 8 of weight tile_w[r], rows past
+ * tile_end[r] read as zero), sums[r][m][c] = x[m] . w_r[tile_row[r] + c] for m < 16 (rows >= M are zero), in F32,
+ * the 8 warps' partial sums added in warp order. `smem` is the block's dynamic shared memory
+ * (gemv_mma_smem(M, R, slab_cols) bytes); the sums are left in it (returned), valid for every thread after the
+ * final barrier. Every thread of the block must call it. */
+template <bool FP8, int R, int U, bool HW_CVT = false>
+__device__ inline const float *gemv_mma_block(uint8_t *smem, const weight_ref (&tile_w)[R], const int64_t (&tile_row)[R],
+                                              const int64_t (&tile_end)[R], const __nv_bfloat16 *__restrict__ x,
+                                              int M, int K, int slab_cols) {
+    constexpr int GROUP = FP8 ? 64 : 32;   /* elements of a weight row per group */
+    const int MS = gemv_mma_x_rows(M), ld = slab_cols + GEMV_MMA_PAD;
+    __nv_bfloat16 *xs = reinterpret_cast<__nv_bfloat16 *>(smem);
+    float *sums = reinterpret_cast<float *>(smem + (size_t)MS * ld * 2);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x / 32, g = lane / 4, q = lane % 4;
+    gemv_mma_lane_rows rows[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) rows[r] = gemv_mma_rows_of<FP8>(tile_w[r], tile_row[r], tile_end[r], K, g);
+
+    float acc[R][4];
+#pragma unroll
+    for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = acc[r][2] = acc[r][3] = 0.0f;
+
+    /* Each step's weights are loaded one step ahead of their use: the first step's while x is staged, each next
+     * step's while the current one is computed. */
+    gemv_mma_step<FP8, R, U> next;
+    for (int k_slab = 0; k_slab < K; k_slab += slab_cols) {
+        const int slab = min(slab_cols, K - k_slab), groups = slab / GROUP, kg_base = k_slab / GROUP;
+        gemv_mma_load(next, rows, warp, groups, kg_base, q);
+        if (k_slab) __syncthreads();   /* every warp is done with the previous slab */
+        gemv_mma_stage_x<FP8, HW_CVT>(xs, ld, x, M, MS, K, k_slab, slab);
+        __syncthreads();
+        for (int kg0 = warp; kg0 < groups; kg0 += GEMV_MMA_WARPS * U) {
+            const gemv_mma_step<FP8, R, U> p = next;
+            if (kg0 + GEMV_MMA_WARPS * U < groups) gemv_mma_load(next, rows, kg0 + GEMV_MMA_WARPS * U, groups, kg_base, q);
+            gemv_mma_compute<FP8, R, U, HW_CVT>(acc, p, xs, ld, 0, M, kg0, groups, g, q);
+        }
+    }
+    gemv_mma_reduce<R>(sums, acc, warp, g, q);
     return sums;   /* [R][16][8] */
+}
+
+/* ------------------------------------------------------------------------------------------------------------
+ * The streaming form: a block computes several consecutive tiles (8 R weight rows each) with x staged once, and
+ * each warp's loads run on across the tiles: the first step of the next tile is in flight while the current
+ * tile's sums are reduced and stored. The one-tile-per-block kernel pays, per 16 rows, the staging of x, a load
+ * round trip with nothing in flight, the reduction's barriers with nothing in flight, and a block launch; at
+ * one row that was 0.33-0.58 of the H200's bandwidth for the decode projections (docs/performance.md). A tile's
+ * arithmetic is gemv_mma_block's exactly (the same groups per warp in the same order, the same reduction): the
+ * same bits. Needs x whole in shared memory (gemv_mma_slab(M, K) == K).
+ *
+ * What a tile is comes from the caller's `Tiles` functor:
+ *   rows_before_wait: a static constexpr bool, true when rows() reads nothing earlier kernels write (then the
+ *     first tile's first loads go out before the programmatic-launch wait), false when it does (routed ids);
+ *   rows(t, lane_rows[R], g) -> int x_row0: fills the lane's rows of tile t and returns the first staged x row
+ *     the tile multiplies (the MMA's rows are x_row0 .. x_row0 + M);
+ *   store(t, sums [R][16][8]) : the epilogue, called by every thread after the tile's reduction.
+ * Shared memory: the staged x rows [x_rows, K + PAD] BF16, then two [8][R][16][8] F32 areas for the sums (tile
+ * parity picks one, so the next tile's partial sums never overwrite sums an epilogue may still read).
+ */
+static inline size_t gemv_mma_stream_smem(int x_rows, int R, int K) {
+    return (size_t)x_rows * (K + GEMV_MMA_PAD) * 2 + 2 * (size_t)GEMV_MMA_WARPS * R * 16 * 8 * 4;
+}
+
+/* Tiles [t_begin, t_end) of the product, x [x_rows, K] staged whole. Every thread of the block calls it. The
+ * first step's weights are requested before the wait for the previous kernel: weights are never written. */
+template <bool FP8, int R, int U, class Tiles>
+__device__ inline void gemv_mma_stream(uint8_t *smem, const Tiles &tiles, int t_begin, int t_end,
+                                       const __nv_bfloat16 *__restrict__ x, int x_rows, int M, int K) {
+    constexpr int GROUP = FP8 ? 64 : 32;
+    const int ld = K + GEMV_MMA_PAD, groups = K / GROUP;
+    __nv_bfloat16 *xs = reinterpret_cast<__nv_bfloat16 *>(smem);
+    float *sums = reinterpret_cast<float *>(smem + (size_t)x_rows * ld * 2);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x / 32, g = lane / 4, q = lane % 4;
+    cuda_pdl_launch_dependents();
+
+    gemv_mma_lane_rows cur[R], nxt[R];
+    int x_row = 0, nxt_x_row = 0;
+    gemv_mma_step<FP8, R, U> next;
+    if constexpr (!Tiles::rows_before_wait) cuda_pdl_wait();
+    if (t_begin < t_end) {
+        x_row = tiles.rows(t_begin, cur, g);
+        gemv_mma_load(next, cur, warp, groups, 0, q);
+    }
+    if constexpr (Tiles::rows_before_wait) cuda_pdl_wait();
+    if (t_begin >= t_end) return;   /* the whole block */
+    gemv_mma_stage_x<FP8, false>(xs, ld, x, x_rows, x_rows, K, 0, K);
+    __syncthreads();
+    for (int t = t_begin, parity = 0; t < t_end; t++, parity ^= 1) {
+        const bool more = t + 1 < t_end;
+        if (more) nxt_x_row = tiles.rows(t + 1, nxt, g);
+        float acc[R][4];
+#pragma unroll
+        for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = acc[r][2] = acc[r][3] = 0.0f;
+        for (int kg0 = warp; kg0 < groups; kg0 += GEMV_MMA_WARPS * U) {
+            const gemv_mma_step<FP8, R, U> p = next;
+            if (kg0 + GEMV_MMA_WARPS * U < groups) gemv_mma_load(next, cur, kg0 + GEMV_MMA_WARPS * U, groups, 0, q);
+            else if (more) gemv_mma_load(next, nxt, warp, groups, 0, q);   /* the next tile's first step */
+            gemv_mma_compute<FP8, R, U, false>(acc, p, xs, ld, x_row, M, kg0, groups, g, q);
+        }
+        float *s = sums + parity * GEMV_MMA_WARPS * R * 16 * 8;
+        gemv_mma_reduce<R>(s, acc, warp, g, q);
+        tiles.store(t, s);
+#pragma unroll
+        for (int r = 0; r < R; r++) cur[r] = nxt[r];
+        x_row = nxt_x_row;
+    }
+}
+
+/* The tiles of a matmul over several weights that read the same x (a segment per weight; y_s[M, N_s] = x w_s^T):
+ * segment s holds tiles first_tile .. of 8 R rows each. */
+enum { GEMV_MMA_MAX_SEGMENTS = 8 };
+struct gemv_mma_segment {
+    weight_ref w;
+    act_out    y;            /* [M, n_rows] */
+    int        n_rows;
+    int        first_tile;
+};
+struct gemv_mma_segments {
+    gemv_mma_segment seg[GEMV_MMA_MAX_SEGMENTS];
+    int              n, tiles;
+};
+
+template <bool FP8, int R>
+struct gemv_mma_segment_tiles {
+    static constexpr bool rows_before_wait = true;   /* the segments are kernel parameters */
+    const gemv_mma_segments &segs;
+    int M, K;
+    __device__ int segment_of(int t) const {
+        int s = 0;
+        while (s + 1 < segs.n && segs.seg[s + 1].first_tile <= t) s++;
+        return s;
+    }
+    __device__ int rows(int t, gemv_mma_lane_rows (&lane_rows)[R], int g) const {
+        const gemv_mma_segment &sg = segs.seg[segment_of(t)];
+        const int64_t row0 = (int64_t)(t - sg.first_tile) * 8 * R;
+#pragma unroll
+        for (int r = 0; r < R; r++) lane_rows[r] = gemv_mma_rows_of<FP8>(sg.w, row0 + 8 * r, sg.n_rows, K, g);
+        return 0;
+    }
+    __device__ void store(int t, const float *sums) const {
+        const gemv_mma_segment &sg = segs.seg[segment_of(t)];
+        const int64_t row0 = (int64_t)(t - sg.first_tile) * 8 * R;
+        for (int i = threadIdx.x; i < R * 16 * 8; i += blockDim.x) {
+            const int r = i / 128, m = (i / 8) % 16, c = i % 8;
+            const int64_t n = row0 + 8 * r + c;
+            if (m < M && n < sg.n_rows) sg.y.store((int64_t)m * sg.n_rows + n, sums[i]);
+        }
+    }
+};
+
+/* y_s = x w_s^T for every segment: grid ceil(tiles / tiles_per_block) blocks of GEMV_MMA_THREADS,
+ * gemv_mma_stream_smem(gemv_mma_x_rows(M), R, K) bytes. */
+template <bool FP8, int R, int U>
+__global__ void __launch_bounds__(GEMV_MMA_THREADS)
+gemv_mma_stream_kernel(const __grid_constant__ gemv_mma_segments segs, const __nv_bfloat16 *x, int M, int K,
+                       int tiles_per_block) {
+    extern __shared__ __align__(16) uint8_t gemv_mma_smem_bytes[];
+    const int t_begin = blockIdx.x * tiles_per_block, t_end = min(t_begin + tiles_per_block, segs.tiles);
+    const gemv_mma_segment_tiles<FP8, R> tiles{segs, M, K};
+    gemv_mma_stream<FP8, R, U>(gemv_mma_smem_bytes, tiles, t_begin, t_end, x, M, M, K);
 }
 
 /* y[M, N] = x[M, K] * w[N, K]^T. Grid: ceil(N / (8 R)) blocks of GEMV_MMA_THREADS, gemv_mma_smem(M, R, slab)

@@ -125,11 +125,62 @@ static glm53_status gemv_mma_launch(cuda_backend *cb, act_out y, const __nv_bflo
     return GLM53_OK;
 }
 
+/* The streaming kernel over segs (gemv_mma.cuh): tiles numbered segment after segment, then as many blocks as
+ * the device holds at once (or fewer, when there are fewer tiles), each taking an equal run of consecutive tiles. */
+template <bool FP8, int R, int U>
+static glm53_status gemv_mma_stream_launch(cuda_backend *cb, gemv_mma_segments &segs, const __nv_bfloat16 *x, int M,
+                                           int K) {
+    const void *kernel = (const void *)gemv_mma_stream_kernel<FP8, R, U>;
+    const size_t smem = gemv_mma_stream_smem(M, R, K);
+    GLM53_TRY(cuda_smem_optin(cb, kernel, smem, "matmul (mma stream)"));
+    segs.tiles = 0;
+    for (int s = 0; s < segs.n; s++) {
+        segs.seg[s].first_tile = segs.tiles;
+        segs.tiles += (segs.seg[s].n_rows + 8 * R - 1) / (8 * R);
+    }
+    if (segs.tiles == 0) return GLM53_OK;
+    int per_sm = 0;
+    GLM53_TRY(cuda_blocks_per_sm(cb, kernel, GEMV_MMA_THREADS, smem, &per_sm));
+    const int most = per_sm * cb->sm_count, per_block = (segs.tiles + most - 1) / most;
+    const unsigned blocks = (unsigned)((segs.tiles + per_block - 1) / per_block);
+    CUDA_TRY(cuda_launch(cb, gemv_mma_stream_kernel<FP8, R, U>, blocks, GEMV_MMA_THREADS, smem, cb->pdl, segs, x, M, K,
+                         per_block));
+    CUDA_LAUNCHED("matmul (mma stream)");
+    return GLM53_OK;
+}
+
+/* R and U by M and the weight rows N (the rule above; the streaming kernel takes the same). */
+#define GEMV_MMA_DISPATCH(M, N, CALL)                                                                        \
+    ((M) <= 4 ? ((N) <= GEMV_MMA_FEW_ROWS ? CALL(1, 8) : CALL(2, 2))                                          \
+              : ((N) <= GEMV_MMA_FEW_ROWS ? CALL(2, 2) : CALL(4, 2)))
+
+/* Whether x [M, K] fits the streaming kernel's shared memory whole. */
+static bool gemv_mma_streams(const cuda_backend *cb, int M, int K) {
+    return cb->gemv_stream && (int64_t)M * (K + GEMV_MMA_PAD) * 2 <= GEMV_MMA_X_BUDGET;
+}
+
+/* y_s = x w_s^T over the segments on the streaming kernel; every weight FP8 (fp8) or every one BF16. */
+static glm53_status gemv_mma_segments_run(cuda_backend *cb, gemv_mma_segments &segs, bool fp8,
+                                          const __nv_bfloat16 *x, int M, int K) {
+    int rows = 0;
+    for (int s = 0; s < segs.n; s++) rows += segs.seg[s].n_rows;
+#define GEMV_MMA_STREAM_CALL(R_, U_)                                                                          \
+    (fp8 ? gemv_mma_stream_launch<true, R_, U_>(cb, segs, x, M, K) : gemv_mma_stream_launch<false, R_, U_>(cb, segs, x, M, K))
+    return GEMV_MMA_DISPATCH(M, rows, GEMV_MMA_STREAM_CALL);
+#undef GEMV_MMA_STREAM_CALL
+}
+
 static glm53_status gemv_mma(cuda_backend *cb, act_out y, const __nv_bfloat16 *x, const weight_ref &w, int M, int N,
                              int K) {
-    if (M <= 4) return N <= GEMV_MMA_FEW_ROWS ? gemv_mma_launch<1, 8>(cb, y, x, w, M, N, K)
-                                              : gemv_mma_launch<2, 2>(cb, y, x, w, M, N, K);
-    return N <= GEMV_MMA_FEW_ROWS ? gemv_mma_launch<2, 2>(cb, y, x, w, M, N, K) : gemv_mma_launch<4, 2>(cb, y, x, w, M, N, K);
+    if (gemv_mma_streams(cb, M, K)) {
+        gemv_mma_segments segs = {};
+        segs.n = 1;
+        segs.seg[0] = {w, y, N, 0};
+        return gemv_mma_segments_run(cb, segs, w.dtype == GLM53_F8_E4M3, x, M, K);
+    }
+#define GEMV_MMA_BLOCK_CALL(R_, U_) gemv_mma_launch<R_, U_>(cb, y, x, w, M, N, K)
+    return GEMV_MMA_DISPATCH(M, N, GEMV_MMA_BLOCK_CALL);
+#undef GEMV_MMA_BLOCK_CALL
 }
 
 static glm53_status gemm(cuda_backend *cb, int64_t M, int64_t N, int64_t K, const void *w, cudaDataType w_type,
@@ -202,6 +253,40 @@ glm53_status cuda_matmul(glm53_backend *be, glm53_tensor *y, const glm53_tensor 
     return GLM53_OK;
 }
 
+/* matmul_multi (backend.h): the weights that suit the streaming tensor-core GEMV as segments of one launch per
+ * weight kind (FP8, BF16), the rest through matmul. Each y[i] gets matmul's bits: a tile's arithmetic does not
+ * depend on the tiles around it. */
+glm53_status cuda_matmul_multi(glm53_backend *be, glm53_tensor *const *y, const glm53_tensor *x,
+                               const glm53_tensor *const *w, int32_t n) {
+    cuda_backend *cb = cuda_impl(be);
+    assert(n >= 0 && n <= GEMV_MMA_MAX_SEGMENTS && cuda_is_act(x));
+    const int64_t M = glm53_tensor_rows(x), K = cuda_cols(x);
+    gemv_mma_segments segs[2] = {};   /* BF16 weights, FP8 weights */
+    bool streamed[GEMV_MMA_MAX_SEGMENTS] = {false};
+    if (x->dtype == GLM53_BF16 && M >= 1 && M <= GEMV_MMA_MAX_M && K <= INT_MAX && gemv_mma_streams(cb, (int)M, (int)K)) {
+        for (int32_t i = 0; i < n; i++) {
+            weight_ref wr;
+            assert(w[i]->ndim == 2 && w[i]->shape[1] == K && glm53_tensor_rows(y[i]) == M && cuda_cols(y[i]) == w[i]->shape[0]);
+            GLM53_TRY(cuda_weight_ref(w[i], &wr, "matmul_multi"));
+            if (!gemv_mma_fits(wr, M, K, x->data) || !cuda_is_act(y[i]) || w[i]->shape[0] > INT_MAX) continue;
+            gemv_mma_segments &sg = segs[wr.dtype == GLM53_F8_E4M3];
+            sg.seg[sg.n++] = {wr, cuda_act_out(y[i]), (int)w[i]->shape[0], 0};
+            streamed[i] = true;
+        }
+    }
+    GLM53_TRY(cuda_enter(cb));
+    for (int kind = 0; kind < 2; kind++) {
+        if (segs[kind].n == 0) continue;
+        if (cb->profile)
+            snprintf(cb->profile_detail, sizeof cb->profile_detail, " %lldx%lld %d weights %s", (long long)M,
+                     (long long)K, segs[kind].n, kind ? "F8_E4M3" : "BF16");
+        GLM53_TRY(gemv_mma_segments_run(cb, segs[kind], kind == 1, (const __nv_bfloat16 *)x->data, (int)M, (int)K));
+    }
+    for (int32_t i = 0; i < n; i++)
+        if (!streamed[i]) GLM53_TRY(cuda_matmul(be, y[i], x, w[i]));
+    return GLM53_OK;
+}
+
 /* The fused dense SwiGLU (backend.h swiglu_gate_up): one CUDA-core GEMV kernel for decode-sized M with F32
  * activations, else the generic chain (two matmuls into workspace scratch, rounded to y's dtype as the fused
  * kernel rounds them, then swiglu): past the GEMV rows, and for BF16 activations, where the matmuls take the
@@ -224,8 +309,9 @@ glm53_status cuda_swiglu_gate_up(glm53_backend *be, glm53_tensor *y, const glm53
         GLM53_TRY(gate_buf.get(cb, bytes, "swiglu_gate_up gate"));
         GLM53_TRY(up_buf.get(cb, bytes, "swiglu_gate_up up"));
         glm53_tensor gate = cuda_view_2d(gate_buf.ptr, y->dtype, M, F), up = cuda_view_2d(up_buf.ptr, y->dtype, M, F);
-        GLM53_TRY(cuda_matmul(be, &gate, x, w_gate));
-        GLM53_TRY(cuda_matmul(be, &up, x, w_up));
+        glm53_tensor *outs[2] = {&gate, &up};
+        const glm53_tensor *ws[2] = {w_gate, w_up};
+        GLM53_TRY(cuda_matmul_multi(be, outs, x, ws, 2));
         return cuda_swiglu(be, y, &gate, &up, limit);
     }
     GLM53_TRY(cuda_enter(cb));

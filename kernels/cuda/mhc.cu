@@ -53,6 +53,7 @@ __global__ void mhc_expand_kernel(act_out H, act_in x, int64_t N, int64_t S, int
 template <bool VEC>
 __global__ void __launch_bounds__(MHC_PROJECT_THREADS)
 mhc_project_kernel(float *part, act_in H, weight_ref fn, int64_t S, int64_t D) {
+    cuda_pdl_begin();
     __shared__ float warp_part[MHC_PROJECT_THREADS / 32][MHC_GROUP + 1];
     const int64_t n = blockIdx.x, SD = S * D;
     const int n_mix = (int)((2 + S) * S), n_chunks = (int)gridDim.y;
@@ -165,6 +166,7 @@ __device__ inline void mhc_sinkhorn_lanes(float *comb, const float *m, float r, 
 __global__ void __launch_bounds__(MHC_THREADS)
 mhc_mix_kernel(act_out x, float *post, float *comb, act_in H, const float *part, int n_chunks, weight_ref base,
                weight_ref scale, int64_t S, int64_t D, float rms_eps, float hc_eps, int32_t iters) {
+    cuda_pdl_begin();
     __shared__ float m[MHC_MAX_MIX + 1];
     __shared__ float pre[MHC_MAX_S];
     __shared__ float C[MHC_MAX_S * MHC_MAX_S];
@@ -239,6 +241,7 @@ mhc_mix_kernel(act_out x, float *post, float *comb, act_in H, const float *part,
 /* H_out[n][k][d] = post[n][k] y[n][d] + sum_j comb[n][j][k] H_in[n][j][d]  (comb applied transposed). */
 __global__ void mhc_post_kernel(act_out H_out, act_in y, act_in H_in, const float *post, const float *comb,
                                 int64_t N, int64_t S, int64_t D) {
+    cuda_pdl_begin();
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < N * S * D;
          i += (int64_t)gridDim.x * blockDim.x) {
         int64_t n = i / (S * D), k = (i / D) % S, d = i % D;
@@ -301,15 +304,15 @@ glm53_status cuda_mhc_pre(glm53_backend *be, glm53_tensor *x, glm53_tensor *post
                      (uintptr_t)H->data % 16 == 0 && (uintptr_t)fn->data % 16 == 0;
     dim3 grid((unsigned)N, (unsigned)n_chunks);
     if (vec)
-        mhc_project_kernel<true><<<grid, MHC_PROJECT_THREADS, 0, cb->stream>>>((float *)part.ptr, cuda_act_in(H), fr, S, D);
+        CUDA_TRY(cuda_launch(cb, mhc_project_kernel<true>, grid, MHC_PROJECT_THREADS, 0, cb->pdl, (float *)part.ptr, cuda_act_in(H), fr, S, D));
     else
-        mhc_project_kernel<false><<<grid, MHC_PROJECT_THREADS, 0, cb->stream>>>((float *)part.ptr, cuda_act_in(H), fr, S, D);
+        CUDA_TRY(cuda_launch(cb, mhc_project_kernel<false>, grid, MHC_PROJECT_THREADS, 0, cb->pdl, (float *)part.ptr, cuda_act_in(H), fr, S, D));
     CUDA_LAUNCHED("mhc_pre (projections)");
     const dim3 mix_grid((unsigned)N, (unsigned)((D + MHC_COLS - 1) / MHC_COLS + 1));   /* + the Sinkhorn block */
-    mhc_mix_kernel<<<mix_grid, MHC_THREADS, 0, cb->stream>>>(cuda_act_out(x), (float *)post->data,
+    CUDA_TRY(cuda_launch(cb, mhc_mix_kernel, mix_grid, MHC_THREADS, 0, cb->pdl, cuda_act_out(x), (float *)post->data,
                                                                 (float *)comb->data, cuda_act_in(H),
                                                                 (const float *)part.ptr, n_chunks, br, sr, S, D,
-                                                                rms_eps, hc_eps, sinkhorn_iters);
+                                                                rms_eps, hc_eps, sinkhorn_iters));
     CUDA_LAUNCHED("mhc_pre (sinkhorn, collapse)");
     return GLM53_OK;
 }
@@ -325,9 +328,9 @@ glm53_status cuda_mhc_post(glm53_backend *be, glm53_tensor *H_out, const glm53_t
     assert(glm53_tensor_numel(post) == N * S && glm53_tensor_numel(comb) == N * S * S);
     GLM53_TRY(cuda_enter(cb));
     if (N * S * D == 0) return GLM53_OK;
-    mhc_post_kernel<<<cuda_blocks_for(N * S * D, 256), 256, 0, cb->stream>>>(
+    CUDA_TRY(cuda_launch(cb, mhc_post_kernel, cuda_blocks_for(N * S * D, 256), 256, 0, cb->pdl, 
         cuda_act_out(H_out), cuda_act_in(y), cuda_act_in(H_in), (const float *)post->data,
-        (const float *)comb->data, N, S, D);
+        (const float *)comb->data, N, S, D));
     CUDA_LAUNCHED("mhc_post");
     return GLM53_OK;
 }

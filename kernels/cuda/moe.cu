@@ -48,6 +48,7 @@ static const int64_t EXPERT_CHUNK_ROWS = 512;   /* token rows per round of moe_e
  * (as floats), group_score [n_group]. */
 __global__ void moe_route_kernel(int32_t *ids, float *weights, const float *logits, weight_ref bias, int64_t E,
                                  int64_t K, int32_t n_group, int32_t topk_group, bool norm, float scaling) {
+    cuda_pdl_begin();
     extern __shared__ float smem[];
     float *s = smem, *choice = s + E, *keep = choice + E, *group_score = keep + E;
     const int64_t n = blockIdx.x;
@@ -137,9 +138,9 @@ glm53_status cuda_moe_route(glm53_backend *be, glm53_tensor *ids, glm53_tensor *
     if (N == 0) return GLM53_OK;
     size_t smem = (size_t)(3 * E + n_group) * sizeof(float);
     GLM53_TRY(cuda_smem_optin(cb, (const void *)moe_route_kernel, smem, "moe_route"));
-    moe_route_kernel<<<(unsigned)N, ROUTE_THREADS, smem, cb->stream>>>(
+    CUDA_TRY(cuda_launch(cb, moe_route_kernel, (unsigned)N, ROUTE_THREADS, smem, cb->pdl, 
         (int32_t *)ids->data, (float *)weights->data, (const float *)logits->data, br, E, K, n_group, topk_group,
-        norm != 0, scaling);
+        norm != 0, scaling));
     CUDA_LAUNCHED("moe_route");
     return GLM53_OK;
 }
@@ -163,6 +164,7 @@ struct held_range {
 struct cuda_expert_table {
     cuda_expert *experts;   /* device [n_experts] */
     int64_t      max_width;
+    bool         one_width; /* every expert with weights is max_width wide (the streaming kernels need it) */
     int32_t      mma_dtype; /* every expert's weights suit the tensor-core GEMV in this dtype (FP8 / BF16); -1: no */
 };
 
@@ -250,9 +252,113 @@ expert_down_mma_kernel(float *out, const __nv_bfloat16 *h, const int32_t *ids, c
     }
 }
 
+/* The streaming forms of the two kernels above (gemv_mma.cuh's gemv_mma_stream: a block takes a run of tiles,
+ * x staged once, loads running on across tiles), for calls whose x rows fit shared memory whole and whose experts
+ * are all F wide: at one decode row the per-slot kernels read the 8 experts' 134 MB of gate and up at 0.37 of
+ * the H200's bandwidth (84 us a layer), a block per 8 rows paying x's staging and a load round trip each. A tile
+ * is what a block of the kernels above computes (gate and up rows f0 .. f0+8 of one slot; down rows d0 .. d0+16),
+ * with the same arithmetic: the same bits. Unused slots and other ranks' experts load nothing and store nothing. */
+struct expert_tiles_common {
+    static constexpr bool rows_before_wait = false;   /* ids come from moe_route */
+    const int32_t     *ids;
+    const cuda_expert *experts;
+    int32_t            n_experts;
+    held_range         held;
+    /* expert of `slot` when this rank computes it with weights, else NULL */
+    __device__ const cuda_expert *expert_of(int64_t slot) const {
+        const int32_t e = ids[slot];
+        if (e < 0 || !held.holds(e) || e >= n_experts || !experts[e].gate.data) return nullptr;
+        return &experts[e];
+    }
+};
+
+template <bool FP8>
+struct expert_gate_up_tiles {
+    static constexpr bool rows_before_wait = expert_tiles_common::rows_before_wait;
+    expert_tiles_common c;
+    act_out             h;            /* [N*K, F] */
+    int64_t             K, F, f_tiles;
+    int                 D;
+    float               limit;
+    cuda_fault         *fault;
+    __device__ int rows(int t, gemv_mma_lane_rows (&lane_rows)[2], int g) const {
+        const int64_t slot = t / f_tiles, f0 = (t % f_tiles) * 8;
+        const cuda_expert *ex = c.expert_of(slot);
+        const weight_ref none = {};
+        lane_rows[0] = gemv_mma_rows_of<FP8>(ex ? ex->gate : none, f0, ex ? F : 0, D, g);
+        lane_rows[1] = gemv_mma_rows_of<FP8>(ex ? ex->up : none, f0, ex ? F : 0, D, g);
+        return (int)(slot / K);
+    }
+    __device__ void store(int t, const float *sums) const {
+        const int64_t slot = t / f_tiles, f0 = (t % f_tiles) * 8;
+        const int32_t e = c.ids[slot];
+        if (e >= 0 && c.held.holds(e) && (e >= c.n_experts || !c.experts[e].gate.data)) {
+            if (f0 == 0 && threadIdx.x == 0) cuda_record_fault(fault, CUDA_FAULT_MOE_EXPERTS, slot, e, c.n_experts);
+            return;
+        }
+        if (!c.expert_of(slot) || threadIdx.x >= 8 || f0 + threadIdx.x >= F) return;
+        float gv = round_as_act(sums[threadIdx.x], h.bf16), uv = round_as_act(sums[16 * 8 + threadIdx.x], h.bf16);
+        h.store(slot * F + f0 + threadIdx.x, cuda_swiglu_value(gv, uv, limit));
+    }
+};
+
+template <bool FP8>
+struct expert_down_tiles {
+    static constexpr bool rows_before_wait = expert_tiles_common::rows_before_wait;
+    expert_tiles_common c;
+    float              *out;          /* [N*K, D] */
+    int64_t             D, d_tiles;
+    int                 F;
+    __device__ int rows(int t, gemv_mma_lane_rows (&lane_rows)[2], int g) const {
+        const int64_t slot = t / d_tiles, d0 = (t % d_tiles) * 16;
+        const cuda_expert *ex = c.expert_of(slot);
+        const weight_ref none = {};
+        lane_rows[0] = gemv_mma_rows_of<FP8>(ex ? ex->down : none, d0, ex ? D : 0, F, g);
+        lane_rows[1] = gemv_mma_rows_of<FP8>(ex ? ex->down : none, d0 + 8, ex ? D : 0, F, g);
+        return (int)slot;
+    }
+    __device__ void store(int t, const float *sums) const {
+        const int64_t slot = t / d_tiles, d0 = (t % d_tiles) * 16;
+        if (threadIdx.x >= 16 || !c.expert_of(slot)) return;
+        const int r = threadIdx.x / 8, col = threadIdx.x % 8;
+        if (d0 + 8 * r + col < D) out[slot * D + d0 + 8 * r + col] = sums[r * 16 * 8 + col];
+    }
+};
+
+/* Grid: ceil(tiles / per_block) blocks of GEMV_MMA_THREADS; gemv_mma_stream_smem(x_rows, 2, K) bytes. */
+template <class Tiles, bool FP8>
+__global__ void __launch_bounds__(GEMV_MMA_THREADS)
+expert_stream_kernel(const Tiles tiles, int n_tiles, int per_block, const __nv_bfloat16 *x, int x_rows, int K) {
+    extern __shared__ __align__(16) uint8_t expert_smem[];
+    const int t_begin = blockIdx.x * per_block, t_end = min(t_begin + per_block, n_tiles);
+    gemv_mma_stream<FP8, 2, 2>(expert_smem, tiles, t_begin, t_end, x, x_rows, 1, K);
+}
+
+template <class Tiles, bool FP8>
+static glm53_status expert_stream_launch(cuda_backend *cb, const Tiles &tiles, int n_tiles, const __nv_bfloat16 *x,
+                                         int x_rows, int K, const char *what) {
+    const void *kernel = (const void *)expert_stream_kernel<Tiles, FP8>;
+    const size_t smem = gemv_mma_stream_smem(x_rows, 2, K);
+    GLM53_TRY(cuda_smem_optin(cb, kernel, smem, what));
+    int per_sm = 0;
+    GLM53_TRY(cuda_blocks_per_sm(cb, kernel, GEMV_MMA_THREADS, smem, &per_sm));
+    const int most = per_sm * cb->sm_count, per_block = (n_tiles + most - 1) / most;
+    const unsigned blocks = (unsigned)((n_tiles + per_block - 1) / per_block);
+    CUDA_TRY(cuda_launch(cb, expert_stream_kernel<Tiles, FP8>, blocks, GEMV_MMA_THREADS, smem, cb->pdl, tiles, n_tiles,
+                         per_block, x, x_rows, K));
+    CUDA_LAUNCHED(what);
+    return GLM53_OK;
+}
+
+/* Whether rows x [rows, cols] BF16 fit the streaming kernels' shared memory whole. */
+static bool expert_rows_stream(const cuda_backend *cb, int64_t rows, int64_t cols) {
+    return cb->gemv_stream && rows * (cols + GEMV_MMA_PAD) * 2 <= GEMV_MMA_X_BUDGET;
+}
+
 /* y[n][d] = sum_k weights[n][k] * out[n*K + k][d] over the used slots this rank holds, in slot order. */
 __global__ void slot_combine_kernel(act_out y, const float *out, const int32_t *ids, const float *weights,
                                     held_range held, int64_t N, int64_t K, int64_t D) {
+    cuda_pdl_begin();
     GRID_STRIDE(i, N * D) {
         int64_t n = i / D, d = i % D;
         float acc = 0.0f;
@@ -264,23 +370,40 @@ __global__ void slot_combine_kernel(act_out y, const float *out, const int32_t *
     }
 }
 
-/* The gate/up and down launches of the tensor-core expert path; h [N*K, F] BF16, out [N*K, D] F32. */
+/* The gate/up and down launches of the tensor-core expert path; h [N*K, F] BF16, out [N*K, D] F32. Each takes the
+ * streaming kernel when its x rows fit shared memory whole and every expert is F wide, else a block per tile. */
 template <bool FP8>
 static glm53_status experts_mma_launch(cuda_backend *cb, void *h, void *out, const glm53_tensor *x, const int32_t *ids,
                                        const cuda_expert_table *table, int32_t n_experts, held_range held, int64_t N,
                                        int64_t K, int64_t D, int64_t F, float limit) {
-    const int slab_f = gemv_mma_slab(1, (int)D), slab_d = gemv_mma_slab(1, (int)F);
-    const size_t smem_f = gemv_mma_smem(1, 2, slab_f), smem_d = gemv_mma_smem(1, 2, slab_d);
-    GLM53_TRY(cuda_smem_optin(cb, (const void *)expert_gate_up_mma_kernel<FP8>, smem_f, "moe_experts (gate, up)"));
-    GLM53_TRY(cuda_smem_optin(cb, (const void *)expert_down_mma_kernel<FP8>, smem_d, "moe_experts (down)"));
-    dim3 grid_f((unsigned)((F + 7) / 8), (unsigned)(N * K));
-    expert_gate_up_mma_kernel<FP8><<<grid_f, GEMV_MMA_THREADS, smem_f, cb->stream>>>(
-        act_out{h, true}, (const __nv_bfloat16 *)x->data, ids, table->experts, n_experts, held, K, (int)D, F, limit,
-        slab_f, cb->fault);
-    CUDA_LAUNCHED("moe_experts (gate, up; mma)");
-    dim3 grid_d((unsigned)((D + 15) / 16), (unsigned)(N * K));
-    expert_down_mma_kernel<FP8><<<grid_d, GEMV_MMA_THREADS, smem_d, cb->stream>>>(
-        (float *)out, (const __nv_bfloat16 *)h, ids, table->experts, n_experts, held, D, F, slab_d);
+    const expert_tiles_common common = {ids, table->experts, n_experts, held};
+    if (table->one_width && expert_rows_stream(cb, N, D)) {
+        const expert_gate_up_tiles<FP8> tiles = {common, act_out{h, true}, K, F, (F + 7) / 8, (int)D, limit, cb->fault};
+        GLM53_TRY((expert_stream_launch<expert_gate_up_tiles<FP8>, FP8>(
+            cb, tiles, (int)(N * K * tiles.f_tiles), (const __nv_bfloat16 *)x->data, (int)N, (int)D,
+            "moe_experts (gate, up; mma stream)")));
+    } else {
+        const int slab = gemv_mma_slab(1, (int)D);
+        const size_t smem = gemv_mma_smem(1, 2, slab);
+        GLM53_TRY(cuda_smem_optin(cb, (const void *)expert_gate_up_mma_kernel<FP8>, smem, "moe_experts (gate, up)"));
+        dim3 grid((unsigned)((F + 7) / 8), (unsigned)(N * K));
+        expert_gate_up_mma_kernel<FP8><<<grid, GEMV_MMA_THREADS, smem, cb->stream>>>(
+            act_out{h, true}, (const __nv_bfloat16 *)x->data, ids, table->experts, n_experts, held, K, (int)D, F, limit,
+            slab, cb->fault);
+        CUDA_LAUNCHED("moe_experts (gate, up; mma)");
+    }
+    if (table->one_width && expert_rows_stream(cb, N * K, F)) {
+        const expert_down_tiles<FP8> tiles = {common, (float *)out, D, (D + 15) / 16, (int)F};
+        return expert_stream_launch<expert_down_tiles<FP8>, FP8>(cb, tiles, (int)(N * K * tiles.d_tiles),
+                                                                 (const __nv_bfloat16 *)h, (int)(N * K), (int)F,
+                                                                 "moe_experts (down; mma stream)");
+    }
+    const int slab = gemv_mma_slab(1, (int)F);
+    const size_t smem = gemv_mma_smem(1, 2, slab);
+    GLM53_TRY(cuda_smem_optin(cb, (const void *)expert_down_mma_kernel<FP8>, smem, "moe_experts (down)"));
+    dim3 grid((unsigned)((D + 15) / 16), (unsigned)(N * K));
+    expert_down_mma_kernel<FP8><<<grid, GEMV_MMA_THREADS, smem, cb->stream>>>(
+        (float *)out, (const __nv_bfloat16 *)h, ids, table->experts, n_experts, held, D, F, slab);
     CUDA_LAUNCHED("moe_experts (down; mma)");
     return GLM53_OK;
 }
@@ -318,9 +441,9 @@ static glm53_status moe_experts_on_device(cuda_backend *cb, glm53_tensor *y, con
             (float *)out_buf.ptr, act_in{h_buf.ptr, x->dtype == GLM53_BF16}, id, table->experts, n_experts, held, D, F);
         CUDA_LAUNCHED("moe_experts (down)");
     }
-    slot_combine_kernel<<<cuda_blocks_for(N * D, 256), 256, 0, cb->stream>>>(
+    CUDA_TRY(cuda_launch(cb, slot_combine_kernel, cuda_blocks_for(N * D, 256), 256, 0, cb->pdl, 
         cuda_act_out(y), (const float *)out_buf.ptr, (const int32_t *)ids->data, (const float *)weights->data, held,
-        N, K, D);
+        N, K, D));
     CUDA_LAUNCHED("moe_experts (combine)");
     return GLM53_OK;
 }
@@ -334,7 +457,7 @@ glm53_status cuda_prepare_experts(glm53_backend *be, glm53_expert_set *set) {
     } catch (const std::bad_alloc &) {
         return GLM53_FAIL(GLM53_ERR_OUT_OF_MEMORY, "cuda prepare_experts: no host memory for %d experts", set->n_experts);
     }
-    int64_t max_width = 0;
+    int64_t max_width = 0, min_width = INT64_MAX;
     int32_t mma_dtype = -2;   /* -2: no expert seen yet */
     for (int32_t e = 0; e < set->n_experts; e++) {
         cuda_expert &ex = host[(size_t)e];
@@ -345,6 +468,7 @@ glm53_status cuda_prepare_experts(glm53_backend *be, glm53_expert_set *set) {
         GLM53_TRY(cuda_weight_ref(set->down[e], &ex.down, "prepare_experts"));
         ex.width = set->gate[e]->shape[0];
         if (ex.width > max_width) max_width = ex.width;
+        if (ex.width < min_width) min_width = ex.width;
         /* the tensor-core path: every expert's three weights fit it, all in one dtype */
         const int64_t D = set->gate[e]->shape[1];
         bool fits = gemv_mma_weight_fits(ex.gate, D) && gemv_mma_weight_fits(ex.up, D) &&
@@ -357,6 +481,7 @@ glm53_status cuda_prepare_experts(glm53_backend *be, glm53_expert_set *set) {
     cuda_expert_table *table = new (std::nothrow) cuda_expert_table();
     if (!table) return GLM53_FAIL(GLM53_ERR_OUT_OF_MEMORY, "cuda prepare_experts: no host memory");
     table->max_width = max_width;
+    table->one_width = min_width == max_width;
     table->mma_dtype = mma_dtype >= 0 ? mma_dtype : -1;
     size_t bytes = host.size() * sizeof(cuda_expert);
     glm53_status st = cuda_device_alloc(cb, bytes ? bytes : 1, (void **)&table->experts, "expert table");

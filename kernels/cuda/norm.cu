@@ -15,7 +15,7 @@
  */
 #include "kernels/cuda/cuda_common.cuh"
 
-enum { NORM_THREADS = 256 };
+enum { NORM_THREADS = CUDA_NORM_THREADS };
 
 /* ------------------------------------------------------------------------------------------------------------
  * Kernels (grid: one block per row of x[M,D])
@@ -32,6 +32,7 @@ static __device__ float row_sum_squares(act_in x, int64_t base, int64_t D) {
 
 /* y = x / sqrt(mean(x^2) + eps) * w (w optional). */
 __global__ void rmsnorm_kernel(act_out y, act_in x, weight_ref w, bool has_w, int64_t D, float eps) {
+    cuda_pdl_begin();
     int64_t base = (int64_t)blockIdx.x * D;
     float inv_rms = 1.0f / sqrtf(row_sum_squares(x, base, D) / (float)D + eps);
     for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
@@ -65,8 +66,9 @@ __global__ void layernorm_kernel(act_out y, act_in x, weight_ref w, bool has_w, 
 /* y = x / sqrt(sum(x^2) + eps) * scale. */
 __global__ void l2norm_kernel(act_out y, act_in x, int64_t D, float eps, float scale) {
     int64_t base = (int64_t)blockIdx.x * D;
-    float inv_norm = 1.0f / sqrtf(row_sum_squares(x, base, D) + eps);
-    for (int64_t i = threadIdx.x; i < D; i += blockDim.x) y.store(base + i, x[base + i] * inv_norm * scale);
+    float inv_norm = cuda_l2norm_factor(row_sum_squares(x, base, D), eps);
+    for (int64_t i = threadIdx.x; i < D; i += blockDim.x)
+        y.store(base + i, cuda_l2norm_apply(x[base + i], inv_norm, scale));
 }
 
 /* y = exp(x - max) / sum; the exponentials are recomputed in the last pass rather than stored, so y may be x. */
@@ -83,6 +85,7 @@ __global__ void softmax_kernel(act_out y, act_in x, int64_t D) {
 
 /* y = w * (x / sqrt(mean(x^2) + eps)) * sigmoid(gate), all F32, one rounding. */
 __global__ void rmsnorm_gated_kernel(act_out y, act_in x, act_in gate, weight_ref w, int64_t D, float eps) {
+    cuda_pdl_begin();
     int64_t base = (int64_t)blockIdx.x * D;
     float r = 1.0f / sqrtf(row_sum_squares(x, base, D) / (float)D + eps);
     for (int64_t i = threadIdx.x; i < D; i += blockDim.x)
@@ -94,6 +97,7 @@ enum { NORM_CHUNKS = 4 };   /* 8-element chunks per thread in rmsnorm_rows_kerne
 /* The same for a 16-byte aligned row with D % 8 == 0 and D <= 8 * NORM_THREADS * NORM_CHUNKS; one block per row. */
 __global__ void __launch_bounds__(NORM_THREADS)
 rmsnorm_rows_kernel(act_out y, act_in x, weight_ref w, bool has_w, int64_t D, float eps) {
+    cuda_pdl_begin();
     const int64_t base = (int64_t)blockIdx.x * D;
     float v[NORM_CHUNKS][8];
 #pragma unroll
@@ -157,13 +161,13 @@ glm53_status cuda_rmsnorm(glm53_backend *be, glm53_tensor *y, const glm53_tensor
     if (M == 0 || D == 0) return GLM53_OK;
     const size_t elem = glm53_dtype_size((glm53_dtype)x->dtype);
     if (D % 8 == 0 && D <= 8 * NORM_THREADS * NORM_CHUNKS && (uintptr_t)x->data % 16 == 0 && (D * elem) % 16 == 0) {
-        rmsnorm_rows_kernel<<<(unsigned)M, NORM_THREADS, 0, cb->stream>>>(cuda_act_out(y), cuda_act_in(x), wr,
-                                                                          w != nullptr, D, eps);
+        CUDA_TRY(cuda_launch(cb, rmsnorm_rows_kernel, (unsigned)M, NORM_THREADS, 0, cb->pdl, cuda_act_out(y), cuda_act_in(x), wr,
+                                                                          w != nullptr, D, eps));
         CUDA_LAUNCHED("rmsnorm");
         return GLM53_OK;
     }
-    rmsnorm_kernel<<<(unsigned)M, NORM_THREADS, 0, cb->stream>>>(cuda_act_out(y), cuda_act_in(x), wr, w != nullptr,
-                                                                 D, eps);
+    CUDA_TRY(cuda_launch(cb, rmsnorm_kernel, (unsigned)M, NORM_THREADS, 0, cb->pdl, cuda_act_out(y), cuda_act_in(x), wr, w != nullptr,
+                                                                 D, eps));
     CUDA_LAUNCHED("rmsnorm");
     return GLM53_OK;
 }
@@ -217,8 +221,8 @@ glm53_status cuda_rmsnorm_gated(glm53_backend *be, glm53_tensor *y, const glm53_
     GLM53_TRY(optional_param(w, D, &wr, "rmsnorm_gated"));
     GLM53_TRY(cuda_enter(cb));
     if (M == 0 || D == 0) return GLM53_OK;
-    rmsnorm_gated_kernel<<<(unsigned)M, 128, 0, cb->stream>>>(cuda_act_out(y), cuda_act_in(x), cuda_act_in(gate), wr,
-                                                              D, eps);
+    CUDA_TRY(cuda_launch(cb, rmsnorm_gated_kernel, (unsigned)M, 128, 0, cb->pdl, cuda_act_out(y), cuda_act_in(x), cuda_act_in(gate), wr,
+                                                              D, eps));
     CUDA_LAUNCHED("rmsnorm_gated");
     return GLM53_OK;
 }

@@ -1087,6 +1087,175 @@ done:
     check_end();
 }
 
+/* kda_sequences (the fused per-sequence part of a KDA layer, optional on a backend) on a batch of sequences of every
+ * kind a step has, against (a) the op-by-op chain of kda_forward's non-fused branch on the same backend, which it
+ * must equal bit for bit (o, the state rings and the conv rings: a step gives the same tokens whichever runs), and
+ * (b) the CPU backend's kda_sequences, within the usual thresholds. */
+typedef struct {
+    int64_t T, pos0, ring, conv_width;   /* new rows, length before them, state ring, conv ring rows */
+} kda_seq_case;
+
+/* kda_forward's loop body for one sequence on the `gpu` backend, op by op as it runs it: per q, k, v the conv
+ * window over [zeros | ring rows | new rows] (fill, gather_rows, copy, conv1d_causal, SiLU, then the kept raw rows
+ * into the ring by scatter_rows), the two l2norms, the recurrence. raw[j] [N, C_j], w[j] [C_j, K], o [N, H, dv]. */
+static glm53_status kda_chain(glm53_tensor *o, glm53_tensor *const raw[3], glm53_tensor *const w[3],
+                              const glm53_tensor *g, const glm53_tensor *beta, const glm53_kda_seq *s, int64_t H,
+                              int64_t dk, int64_t dv, float q_scale) {
+    const int64_t T = s->n_rows, K = w[0]->shape[1], n_zero = K - 1 - s->n_hist;
+    glm53_tensor *cq[3];
+    for (int j = 0; j < 3; j++) {
+        const int64_t C = raw[j]->shape[1];
+        glm53_tensor *xpad;
+        GLM53_TRY(new_tensor(gpu, &xpad, raw[j]->dtype, SHAPE(T + K - 1, C)));
+        GLM53_TRY(new_tensor(gpu, &cq[j], raw[j]->dtype, SHAPE(T, C)));
+        if (n_zero > 0) {
+            glm53_tensor zeros = glm53_tensor_rows_view(xpad, 0, n_zero);
+            GLM53_TRY(gpu->ops->fill(gpu, &zeros, 0.0f));
+        }
+        if (s->n_hist > 0) {
+            glm53_tensor hist = glm53_tensor_rows_view(xpad, n_zero, s->n_hist);
+            GLM53_TRY(gpu->ops->gather_rows(gpu, &hist, s->conv[j], s->conv_hist));
+        }
+        glm53_tensor dst_new = glm53_tensor_rows_view(xpad, K - 1, T), src_new = glm53_tensor_rows_view(raw[j], s->row0, T);
+        GLM53_TRY(gpu->ops->copy(gpu, &dst_new, &src_new));
+        GLM53_TRY(gpu->ops->conv1d_causal(gpu, cq[j], xpad, w[j]));
+        GLM53_TRY(gpu->ops->unary(gpu, cq[j], cq[j], GLM53_UNARY_SILU));
+        glm53_tensor kept = glm53_tensor_rows_view(raw[j], s->row0 + T - s->n_write, s->n_write);
+        GLM53_TRY(gpu->ops->scatter_rows(gpu, s->conv[j], &kept, s->conv_write));
+    }
+    glm53_tensor qh = glm53_tensor_reshape(cq[0], 2, T * H, dk, 0), kh = glm53_tensor_reshape(cq[1], 2, T * H, dk, 0);
+    GLM53_TRY(gpu->ops->l2norm(gpu, &qh, &qh, 1e-6f, q_scale));
+    GLM53_TRY(gpu->ops->l2norm(gpu, &kh, &kh, 1e-6f, 1.0f));
+    glm53_tensor q3 = glm53_tensor_reshape(cq[0], 3, T, H, dk), k3 = glm53_tensor_reshape(cq[1], 3, T, H, dk);
+    glm53_tensor v3 = glm53_tensor_reshape(cq[2], 3, T, H, dv), o3 = glm53_tensor_rows_view(o, s->row0, T);
+    glm53_tensor g_rows = glm53_tensor_rows_view(g, s->row0, T), b_rows = glm53_tensor_rows_view(beta, s->row0, T);
+    glm53_tensor g3 = glm53_tensor_reshape(&g_rows, 3, T, H, dk);
+    return gpu->ops->kda_recurrent(gpu, &o3, &q3, &k3, &v3, &g3, &b_rows, s->states, s->slots);
+}
+
+/* Downloads tensors[0 .. n) of backend be as floats into one host array (their numels added up in *total). */
+static float *fetch_all(glm53_backend *be, glm53_tensor *const *tensors, int n, int64_t *total) {
+    *total = 0;
+    for (int i = 0; i < n; i++) *total += glm53_tensor_numel(tensors[i]);
+    float *all = hmem((size_t)*total * sizeof(float)), *at = all;
+    for (int i = 0; i < n; i++) {
+        if (!status_ok(fetch_f32(be, tensors[i], at), "download")) return NULL;
+        at += glm53_tensor_numel(tensors[i]);
+    }
+    return all;
+}
+
+static void check_kda_sequences(int64_t H, int64_t dk, int64_t dv, int64_t K, int dt) {
+    check_begin("kda_sequences", dt_name(dt), "H %lld dk %lld dv %lld K %lld", (long long)H, (long long)dk,
+                (long long)dv, (long long)K);
+    /* In batch order, so that most sequences start past row 0 of the batch; the conv rings of width K - 1 (no
+     * rollback) make a kept row take the slot of the history row just read. */
+    const kda_seq_case cases[] = {
+        {1, 9, 1, K - 1},    /* decode with the whole history (when K <= 10), a state ring of one */
+        {20, 0, 3, K + 2},   /* a prefill from the start: the sequential recurrence, two blocks of conv rows */
+        {1, 0, 1, K - 1},    /* a first token: no history */
+        {2, 1, 2, K + 1},    /* a start with one history row */
+        {4, 17, 2, K + 3},   /* a verification chunk whose first two states are not kept (slot -1) */
+        {3, 5, 4, K + 3},    /* a verification chunk keeping every state */
+        {1, 30, 6, K + 3},   /* decode with a rollback ring */
+        {20, 7, 2, K - 1},   /* a prefill chunk after a few rows */
+    };
+    enum { N_SEQ = sizeof cases / sizeof cases[0] };
+    const int64_t width[3] = {dk, dk, dv};
+    const float q_scale = 1.0f / sqrtf((float)dk);
+    const int w_dt[3] = {dt, F32, dt};
+    tpair raw[3] = {{0}}, w[3] = {{0}}, g = {0}, beta = {0}, o = {0}, states[N_SEQ] = {{0}}, rings[N_SEQ][3] = {{{0}}};
+    tpair slots[N_SEQ] = {{0}}, hist[N_SEQ] = {{0}}, write[N_SEQ] = {{0}};
+    glm53_tensor *o_chain = NULL, *states_chain[N_SEQ], *rings_chain[N_SEQ][3];
+    glm53_kda_seq seq_cpu[N_SEQ], seq_gpu[N_SEQ], seq_chain[N_SEQ];
+    NEED(kda_sequences);
+    int64_t N = 0;
+    for (int i = 0; i < N_SEQ; i++) N += cases[i].T;
+    for (int j = 0; j < 3; j++) {
+        TRY(act_pair(&raw[j], dt, randn(N * H * width[j], 1.0f, dt == BF16), SHAPE(N, H * width[j])));
+        TRY(weight_pair(&w[j], w_dt[j], 2, H * width[j], K, 0.5f, 0.0f, 0, 0));
+    }
+    float *gv = randn(N * H * dk, 1.0f, false), *bv = randn(N * H, 1.0f, false);
+    for (int64_t i = 0; i < N * H * dk; i++) gv[i] = -5.0f / (1.0f + expf(-gv[i]));   /* the lower-bound gate */
+    for (int64_t i = 0; i < N * H; i++) bv[i] = 1.0f / (1.0f + expf(-bv[i]));
+    TRY(act_pair(&g, F32, gv, SHAPE(N, H * dk)));
+    TRY(act_pair(&beta, F32, bv, SHAPE(N, H)));
+    TRY(out_pair(&o, dt, SHAPE(N, H, dv)));
+    TRY(tensor_out(gpu, &o_chain, gpu_dtype(dt), SHAPE(N, H, dv)));
+
+    int64_t row0 = 0;
+    for (int i = 0; i < N_SEQ; i++) {
+        const kda_seq_case *c = &cases[i];
+        const int64_t T = c->T, n_hist = c->pos0 < K - 1 ? c->pos0 : K - 1;
+        const int64_t n_write = T < c->conv_width ? T : c->conv_width;
+        /* the ring slots as step.c makes them */
+        int32_t *sl = hmem((size_t)(T + 1) * sizeof(int32_t)), *hs = hmem((size_t)(n_hist + 1) * sizeof(int32_t));
+        int32_t *wr = hmem((size_t)n_write * sizeof(int32_t));
+        sl[0] = (int32_t)(c->pos0 % c->ring);
+        for (int64_t t = 0; t < T; t++) sl[1 + t] = t >= T - c->ring ? (int32_t)((c->pos0 + t + 1) % c->ring) : -1;
+        for (int64_t j = 0; j < n_hist; j++) hs[j] = (int32_t)((c->pos0 - n_hist + j) % c->conv_width);
+        for (int64_t j = 0; j < n_write; j++) wr[j] = (int32_t)((c->pos0 + T - n_write + j) % c->conv_width);
+        TRY(i32_pair(&slots[i], sl, SHAPE(T + 1)));
+        if (n_hist > 0) TRY(i32_pair(&hist[i], hs, SHAPE(n_hist)));
+        TRY(i32_pair(&write[i], wr, SHAPE(n_write)));
+        /* the same state and conv rings three times: the CPU op's, the CUDA op's and the chain's */
+        float *sv = randn(c->ring * H * dk * dv, 0.1f, false);
+        TRY(act_pair(&states[i], F32, sv, SHAPE(c->ring, H, dk, dv)));
+        TRY(tensor_from(gpu, &states_chain[i], F32, sv, SHAPE(c->ring, H, dk, dv)));
+        for (int j = 0; j < 3; j++) {
+            float *rv = randn(c->conv_width * H * width[j], 1.0f, dt == BF16);
+            TRY(act_pair(&rings[i][j], dt, rv, SHAPE(c->conv_width, H * width[j])));
+            TRY(tensor_from(gpu, &rings_chain[i][j], gpu_dtype(dt), rv, SHAPE(c->conv_width, H * width[j])));
+        }
+        seq_cpu[i] = (glm53_kda_seq){.row0 = row0, .n_rows = T, .n_hist = n_hist, .conv_hist = hist[i].c,
+                                     .n_write = n_write, .conv_write = write[i].c,
+                                     .conv = {rings[i][0].c, rings[i][1].c, rings[i][2].c}, .states = states[i].c,
+                                     .slots = slots[i].c};
+        seq_gpu[i] = seq_cpu[i];
+        seq_gpu[i].conv_hist = hist[i].g, seq_gpu[i].conv_write = write[i].g, seq_gpu[i].slots = slots[i].g;
+        for (int j = 0; j < 3; j++) seq_gpu[i].conv[j] = rings[i][j].g;
+        seq_gpu[i].states = states[i].g;
+        seq_chain[i] = seq_gpu[i];
+        for (int j = 0; j < 3; j++) seq_chain[i].conv[j] = rings_chain[i][j];
+        seq_chain[i].states = states_chain[i];
+        row0 += T;
+    }
+
+    glm53_tensor *raw_g[3] = {raw[0].g, raw[1].g, raw[2].g}, *w_g[3] = {w[0].g, w[1].g, w[2].g};
+    const glm53_tensor *raw_c[3] = {raw[0].c, raw[1].c, raw[2].c}, *w_c[3] = {w[0].c, w[1].c, w[2].c};
+    const glm53_tensor *raw_gc[3] = {raw[0].g, raw[1].g, raw[2].g}, *w_gc[3] = {w[0].g, w[1].g, w[2].g};
+    for (int i = 0; i < N_SEQ; i++) TRY(kda_chain(o_chain, raw_g, w_g, g.g, beta.g, &seq_chain[i], H, dk, dv, q_scale));
+    TRY(gpu->ops->kda_sequences(gpu, o.g, raw_gc, w_gc, g.g, beta.g, seq_gpu, N_SEQ, 1e-6f, q_scale));
+    TRY(cpu->ops->kda_sequences(cpu, o.c, raw_c, w_c, g.c, beta.c, seq_cpu, N_SEQ, 1e-6f, q_scale));
+
+    /* (a) the chain's bits */
+    int64_t differing = 0;
+    TRY(count_differing(o_chain, o.g, &differing));
+    for (int i = 0; i < N_SEQ; i++) {
+        TRY(count_differing(states_chain[i], states[i].g, &differing));
+        for (int j = 0; j < 3; j++) TRY(count_differing(rings_chain[i][j], rings[i][j].g, &differing));
+    }
+    char note[120] = "";
+    if (differing) snprintf(note, sizeof note, "%lld values of o, states, conv rings differ from the chain", (long long)differing);
+    record("chain bits", (double)differing, 0.0, differing == 0, note);
+
+    /* (b) the CPU op: o and the state rings within the threshold, the conv rings (copies of raw rows) exactly */
+    const double thr = THR(dt, w_dt[0], w_dt[1], w_dt[2]);
+    compare("o", o.c, o.g, thr);
+    glm53_tensor *st_c[N_SEQ], *st_g[N_SEQ], *rg_c[3 * N_SEQ], *rg_g[3 * N_SEQ];
+    for (int i = 0; i < N_SEQ; i++) {
+        st_c[i] = states[i].c, st_g[i] = states[i].g;
+        for (int j = 0; j < 3; j++) rg_c[3 * i + j] = rings[i][j].c, rg_g[3 * i + j] = rings[i][j].g;
+    }
+    int64_t n_st, n_rg;
+    float *sc = fetch_all(cpu, st_c, N_SEQ, &n_st), *sg = fetch_all(gpu, st_g, N_SEQ, &n_st);
+    float *rc = fetch_all(cpu, rg_c, 3 * N_SEQ, &n_rg), *rgv = fetch_all(gpu, rg_g, 3 * N_SEQ, &n_rg);
+    if (sc && sg) report_err("states", sg, sc, n_st, thr);
+    if (rc && rgv) report_err("conv rings", rgv, rc, n_rg, 0.0);
+done:
+    check_end();
+}
+
 /* --- KPool indexer ---------------------------------------------------------------------------------------- */
 static void check_kpool_compress(int64_t G, int64_t P, int64_t dI, int dt, int ape_dt) {
     char dts[48];
@@ -1487,6 +1656,13 @@ static void group_kda(void) {
     check_kda_rows_invariant(64, 128, 128, 5, BF16);
     check_kda_rows_invariant(4, 16, 16, 7, F32);
     check_kda_recurrent(64, 128, 128, 3, F32, 1, false);
+    for (int dt = F32; dt <= BF16; dt++) {
+        check_kda_sequences(4, 16, 16, 4, dt);
+        check_kda_sequences(3, 16, 24, 3, dt);    /* dv != dk: the v blocks are wider than the q, k ones */
+        check_kda_sequences(2, 33, 20, 4, dt);    /* the l2norm over two warps; every recurrence sequential */
+        check_kda_sequences(2, 16, 16, 16, dt);   /* the widest conv: history read up to row 14 */
+        check_kda_sequences(8, 128, 128, 4, dt);  /* the model's head size */
+    }
 }
 
 static void group_indexer(void) {

@@ -2,7 +2,7 @@
 # /tmp/hb (tests/cuda/h200/pack.sh made .h200/bin.txz), GLM53_LIB pointing at its library, $o the output folder,
 # and el, which prints a line with the seconds since setup.
 . .debs/env.sh
-mkdir -p /tmp/hb && xz -dc .h200/bin.txz | tar xf - -C /tmp/hb
+mkdir -p /tmp/hb && xz -dc ${PACK:-.h200/bin.txz} | tar xf - -C /tmp/hb
 export GLM53_LIB=/tmp/hb/libglm53.so
 o=${OUT:-/tmp}
 t0=$(date +%s)
