@@ -72,10 +72,10 @@ struct cuda_backend {
     int32_t         sm_count;           /* multiprocessors of the device */
     struct { const void *kernel; size_t smem; int32_t threads, blocks; } occupancy[32];   /* cuda_blocks_per_sm's */
     int32_t         n_occupancy;
-    bool            gemv_stream;        /* decode matmuls on the streaming tensor-core GEMV (GLM53_CUDA_GEMV_STREAM=0: off) */
-    bool            pdl;                /* kernels that support it launch with programmatic dependent launch
-                                           (GLM53_CUDA_PDL=0: off) */
-    bool            kda_sequences;      /* the fused KDA op (GLM53_CUDA_KDA_SEQUENCES=0: off, the op-by-op chain) */
+    /* The decode-path switches (cuda_backend.cu reads them at creation; docs/cuda.md): */
+    bool            gemv_stream;        /* the streaming tensor-core GEMV, GLM53_CUDA_GEMV_STREAM */
+    bool            pdl;                /* programmatic dependent launch where a kernel supports it, GLM53_CUDA_PDL */
+    bool            kda_sequences;      /* the fused KDA op, GLM53_CUDA_KDA_SEQUENCES (off: the op-by-op chain) */
 };
 
 static inline cuda_backend *cuda_impl(glm53_backend *be) { return (cuda_backend *)be->impl; }

@@ -65,7 +65,8 @@ glm53_status cuda_unary(glm53_backend *be, glm53_tensor *y, const glm53_tensor *
     GLM53_TRY(cuda_enter(cb));
     int64_t n = glm53_tensor_numel(x);
     if (n == 0) return GLM53_OK;
-    CUDA_TRY(cuda_launch(cb, unary_kernel, cuda_blocks_for(n, EW_THREADS), EW_THREADS, 0, cb->pdl, cuda_act_out(y), cuda_act_in(x), n, op));
+    CUDA_TRY(cuda_launch(cb, unary_kernel, cuda_blocks_for(n, EW_THREADS), EW_THREADS, 0, cb->pdl, cuda_act_out(y),
+                         cuda_act_in(x), n, op));
     CUDA_LAUNCHED("unary");
     return GLM53_OK;
 }
@@ -107,8 +108,8 @@ glm53_status cuda_swiglu(glm53_backend *be, glm53_tensor *y, const glm53_tensor 
     assert(glm53_tensor_numel(gate) == n && glm53_tensor_numel(up) == n);
     GLM53_TRY(cuda_enter(cb));
     if (n == 0) return GLM53_OK;
-    CUDA_TRY(cuda_launch(cb, swiglu_kernel, cuda_blocks_for(n, EW_THREADS), EW_THREADS, 0, cb->pdl, 
-        cuda_act_out(y), cuda_act_in(gate), cuda_act_in(up), n, limit));
+    CUDA_TRY(cuda_launch(cb, swiglu_kernel, cuda_blocks_for(n, EW_THREADS), EW_THREADS, 0, cb->pdl, cuda_act_out(y),
+                         cuda_act_in(gate), cuda_act_in(up), n, limit));
     CUDA_LAUNCHED("swiglu");
     return GLM53_OK;
 }

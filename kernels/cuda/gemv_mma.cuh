@@ -138,7 +138,8 @@ __device__ inline gemv_mma_lane_rows gemv_mma_rows_of(const weight_ref &w, int64
     const int64_t n = tile_row + g;
     gemv_mma_lane_rows t;
     t.row = n < tile_end ? (const uint8_t *)w.data + n * (int64_t)K * (FP8 ? 1 : 2) : nullptr;
-    t.scale_row = FP8 && w.scale && tile_row < tile_end ? w.scale + (tile_row / w.block_rows) * w.scale_stride : nullptr;
+    t.scale_row =
+        FP8 && w.scale && tile_row < tile_end ? w.scale + (tile_row / w.block_rows) * w.scale_stride : nullptr;
     t.block_cols = w.block_cols;
     return t;
 }
@@ -277,9 +278,9 @@ __device__ inline void gemv_mma_reduce(float *sums, const float (&acc)[R][4], in
  * (gemv_mma_smem(M, R, slab_cols) bytes); the sums are left in it (returned), valid for every thread after the
  * final barrier. Every thread of the block must call it. */
 template <bool FP8, int R, int U, bool HW_CVT = false>
-__device__ inline const float *gemv_mma_block(uint8_t *smem, const weight_ref (&tile_w)[R], const int64_t (&tile_row)[R],
-                                              const int64_t (&tile_end)[R], const __nv_bfloat16 *__restrict__ x,
-                                              int M, int K, int slab_cols) {
+__device__ inline const float *gemv_mma_block(uint8_t *smem, const weight_ref (&tile_w)[R],
+                                              const int64_t (&tile_row)[R], const int64_t (&tile_end)[R],
+                                              const __nv_bfloat16 *__restrict__ x, int M, int K, int slab_cols) {
     constexpr int GROUP = FP8 ? 64 : 32;   /* elements of a weight row per group */
     const int MS = gemv_mma_x_rows(M), ld = slab_cols + GEMV_MMA_PAD;
     __nv_bfloat16 *xs = reinterpret_cast<__nv_bfloat16 *>(smem);
@@ -304,7 +305,8 @@ __device__ inline const float *gemv_mma_block(uint8_t *smem, const weight_ref (&
         __syncthreads();
         for (int kg0 = warp; kg0 < groups; kg0 += GEMV_MMA_WARPS * U) {
             const gemv_mma_step<FP8, R, U> p = next;
-            if (kg0 + GEMV_MMA_WARPS * U < groups) gemv_mma_load(next, rows, kg0 + GEMV_MMA_WARPS * U, groups, kg_base, q);
+            if (kg0 + GEMV_MMA_WARPS * U < groups)
+                gemv_mma_load(next, rows, kg0 + GEMV_MMA_WARPS * U, groups, kg_base, q);
             gemv_mma_compute<FP8, R, U, HW_CVT>(acc, p, xs, ld, 0, M, kg0, groups, g, q);
         }
     }

@@ -165,7 +165,8 @@ static glm53_status gemv_mma_segments_run(cuda_backend *cb, gemv_mma_segments &s
     int rows = 0;
     for (int s = 0; s < segs.n; s++) rows += segs.seg[s].n_rows;
 #define GEMV_MMA_STREAM_CALL(R_, U_)                                                                          \
-    (fp8 ? gemv_mma_stream_launch<true, R_, U_>(cb, segs, x, M, K) : gemv_mma_stream_launch<false, R_, U_>(cb, segs, x, M, K))
+    (fp8 ? gemv_mma_stream_launch<true, R_, U_>(cb, segs, x, M, K)                                              \
+         : gemv_mma_stream_launch<false, R_, U_>(cb, segs, x, M, K))
     return GEMV_MMA_DISPATCH(M, rows, GEMV_MMA_STREAM_CALL);
 #undef GEMV_MMA_STREAM_CALL
 }
@@ -263,10 +264,13 @@ glm53_status cuda_matmul_multi(glm53_backend *be, glm53_tensor *const *y, const 
     const int64_t M = glm53_tensor_rows(x), K = cuda_cols(x);
     gemv_mma_segments segs[2] = {};   /* BF16 weights, FP8 weights */
     bool streamed[GEMV_MMA_MAX_SEGMENTS] = {false};
-    if (x->dtype == GLM53_BF16 && M >= 1 && M <= GEMV_MMA_MAX_M && K <= INT_MAX && gemv_mma_streams(cb, (int)M, (int)K)) {
+    const bool streams = x->dtype == GLM53_BF16 && M >= 1 && M <= GEMV_MMA_MAX_M && K <= INT_MAX &&
+                         gemv_mma_streams(cb, (int)M, (int)K);
+    if (streams) {
         for (int32_t i = 0; i < n; i++) {
             weight_ref wr;
-            assert(w[i]->ndim == 2 && w[i]->shape[1] == K && glm53_tensor_rows(y[i]) == M && cuda_cols(y[i]) == w[i]->shape[0]);
+            assert(w[i]->ndim == 2 && w[i]->shape[1] == K && glm53_tensor_rows(y[i]) == M &&
+                   cuda_cols(y[i]) == w[i]->shape[0]);
             GLM53_TRY(cuda_weight_ref(w[i], &wr, "matmul_multi"));
             if (!gemv_mma_fits(wr, M, K, x->data) || !cuda_is_act(y[i]) || w[i]->shape[0] > INT_MAX) continue;
             gemv_mma_segments &sg = segs[wr.dtype == GLM53_F8_E4M3];

@@ -304,15 +304,16 @@ glm53_status cuda_mhc_pre(glm53_backend *be, glm53_tensor *x, glm53_tensor *post
                      (uintptr_t)H->data % 16 == 0 && (uintptr_t)fn->data % 16 == 0;
     dim3 grid((unsigned)N, (unsigned)n_chunks);
     if (vec)
-        CUDA_TRY(cuda_launch(cb, mhc_project_kernel<true>, grid, MHC_PROJECT_THREADS, 0, cb->pdl, (float *)part.ptr, cuda_act_in(H), fr, S, D));
+        CUDA_TRY(cuda_launch(cb, mhc_project_kernel<true>, grid, MHC_PROJECT_THREADS, 0, cb->pdl, (float *)part.ptr,
+                             cuda_act_in(H), fr, S, D));
     else
-        CUDA_TRY(cuda_launch(cb, mhc_project_kernel<false>, grid, MHC_PROJECT_THREADS, 0, cb->pdl, (float *)part.ptr, cuda_act_in(H), fr, S, D));
+        CUDA_TRY(cuda_launch(cb, mhc_project_kernel<false>, grid, MHC_PROJECT_THREADS, 0, cb->pdl, (float *)part.ptr,
+                             cuda_act_in(H), fr, S, D));
     CUDA_LAUNCHED("mhc_pre (projections)");
     const dim3 mix_grid((unsigned)N, (unsigned)((D + MHC_COLS - 1) / MHC_COLS + 1));   /* + the Sinkhorn block */
     CUDA_TRY(cuda_launch(cb, mhc_mix_kernel, mix_grid, MHC_THREADS, 0, cb->pdl, cuda_act_out(x), (float *)post->data,
-                                                                (float *)comb->data, cuda_act_in(H),
-                                                                (const float *)part.ptr, n_chunks, br, sr, S, D,
-                                                                rms_eps, hc_eps, sinkhorn_iters));
+                         (float *)comb->data, cuda_act_in(H), (const float *)part.ptr, n_chunks, br, sr, S, D, rms_eps,
+                         hc_eps, sinkhorn_iters));
     CUDA_LAUNCHED("mhc_pre (sinkhorn, collapse)");
     return GLM53_OK;
 }
@@ -328,9 +329,9 @@ glm53_status cuda_mhc_post(glm53_backend *be, glm53_tensor *H_out, const glm53_t
     assert(glm53_tensor_numel(post) == N * S && glm53_tensor_numel(comb) == N * S * S);
     GLM53_TRY(cuda_enter(cb));
     if (N * S * D == 0) return GLM53_OK;
-    CUDA_TRY(cuda_launch(cb, mhc_post_kernel, cuda_blocks_for(N * S * D, 256), 256, 0, cb->pdl, 
-        cuda_act_out(H_out), cuda_act_in(y), cuda_act_in(H_in), (const float *)post->data,
-        (const float *)comb->data, N, S, D));
+    CUDA_TRY(cuda_launch(cb, mhc_post_kernel, cuda_blocks_for(N * S * D, 256), 256, 0, cb->pdl, cuda_act_out(H_out),
+                         cuda_act_in(y), cuda_act_in(H_in), (const float *)post->data, (const float *)comb->data, N, S,
+                         D));
     CUDA_LAUNCHED("mhc_post");
     return GLM53_OK;
 }

@@ -138,9 +138,9 @@ glm53_status cuda_moe_route(glm53_backend *be, glm53_tensor *ids, glm53_tensor *
     if (N == 0) return GLM53_OK;
     size_t smem = (size_t)(3 * E + n_group) * sizeof(float);
     GLM53_TRY(cuda_smem_optin(cb, (const void *)moe_route_kernel, smem, "moe_route"));
-    CUDA_TRY(cuda_launch(cb, moe_route_kernel, (unsigned)N, ROUTE_THREADS, smem, cb->pdl, 
-        (int32_t *)ids->data, (float *)weights->data, (const float *)logits->data, br, E, K, n_group, topk_group,
-        norm != 0, scaling));
+    CUDA_TRY(cuda_launch(cb, moe_route_kernel, (unsigned)N, ROUTE_THREADS, smem, cb->pdl, (int32_t *)ids->data,
+                         (float *)weights->data, (const float *)logits->data, br, E, K, n_group, topk_group, norm != 0,
+                         scaling));
     CUDA_LAUNCHED("moe_route");
     return GLM53_OK;
 }
@@ -441,9 +441,9 @@ static glm53_status moe_experts_on_device(cuda_backend *cb, glm53_tensor *y, con
             (float *)out_buf.ptr, act_in{h_buf.ptr, x->dtype == GLM53_BF16}, id, table->experts, n_experts, held, D, F);
         CUDA_LAUNCHED("moe_experts (down)");
     }
-    CUDA_TRY(cuda_launch(cb, slot_combine_kernel, cuda_blocks_for(N * D, 256), 256, 0, cb->pdl, 
-        cuda_act_out(y), (const float *)out_buf.ptr, (const int32_t *)ids->data, (const float *)weights->data, held,
-        N, K, D));
+    CUDA_TRY(cuda_launch(cb, slot_combine_kernel, cuda_blocks_for(N * D, 256), 256, 0, cb->pdl, cuda_act_out(y),
+                         (const float *)out_buf.ptr, (const int32_t *)ids->data, (const float *)weights->data, held, N,
+                         K, D));
     CUDA_LAUNCHED("moe_experts (combine)");
     return GLM53_OK;
 }

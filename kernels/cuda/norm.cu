@@ -161,13 +161,13 @@ glm53_status cuda_rmsnorm(glm53_backend *be, glm53_tensor *y, const glm53_tensor
     if (M == 0 || D == 0) return GLM53_OK;
     const size_t elem = glm53_dtype_size((glm53_dtype)x->dtype);
     if (D % 8 == 0 && D <= 8 * NORM_THREADS * NORM_CHUNKS && (uintptr_t)x->data % 16 == 0 && (D * elem) % 16 == 0) {
-        CUDA_TRY(cuda_launch(cb, rmsnorm_rows_kernel, (unsigned)M, NORM_THREADS, 0, cb->pdl, cuda_act_out(y), cuda_act_in(x), wr,
-                                                                          w != nullptr, D, eps));
+        CUDA_TRY(cuda_launch(cb, rmsnorm_rows_kernel, (unsigned)M, NORM_THREADS, 0, cb->pdl, cuda_act_out(y),
+                             cuda_act_in(x), wr, w != nullptr, D, eps));
         CUDA_LAUNCHED("rmsnorm");
         return GLM53_OK;
     }
-    CUDA_TRY(cuda_launch(cb, rmsnorm_kernel, (unsigned)M, NORM_THREADS, 0, cb->pdl, cuda_act_out(y), cuda_act_in(x), wr, w != nullptr,
-                                                                 D, eps));
+    CUDA_TRY(cuda_launch(cb, rmsnorm_kernel, (unsigned)M, NORM_THREADS, 0, cb->pdl, cuda_act_out(y), cuda_act_in(x), wr,
+                         w != nullptr, D, eps));
     CUDA_LAUNCHED("rmsnorm");
     return GLM53_OK;
 }
@@ -221,8 +221,8 @@ glm53_status cuda_rmsnorm_gated(glm53_backend *be, glm53_tensor *y, const glm53_
     GLM53_TRY(optional_param(w, D, &wr, "rmsnorm_gated"));
     GLM53_TRY(cuda_enter(cb));
     if (M == 0 || D == 0) return GLM53_OK;
-    CUDA_TRY(cuda_launch(cb, rmsnorm_gated_kernel, (unsigned)M, 128, 0, cb->pdl, cuda_act_out(y), cuda_act_in(x), cuda_act_in(gate), wr,
-                                                              D, eps));
+    CUDA_TRY(cuda_launch(cb, rmsnorm_gated_kernel, (unsigned)M, 128, 0, cb->pdl, cuda_act_out(y), cuda_act_in(x),
+                         cuda_act_in(gate), wr, D, eps));
     CUDA_LAUNCHED("rmsnorm_gated");
     return GLM53_OK;
 }
