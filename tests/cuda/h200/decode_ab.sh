@@ -11,7 +11,8 @@
 #      replay and the per-kernel table into $OUT);
 #   4. bench_gemv --quick: every GEMV version at the real projection shapes, M = 1, 4, 16 (version 5, the
 #      streaming form, must give version 4's bits: "same-v4"; the M = 1 rows are printed).
-# Run there from the project root, carrying .h200 (tests/cuda/h200/pack.sh) and .debs. GEMV=0 skips step 4.
+# Run there from the project root, carrying .h200 (tests/cuda/h200/pack.sh) and .debs. GEMV=0 skips step 4;
+# QUICK=1 runs only the batch-1 profiles off, stream + fused KDA, and all on (and batch 8).
 set -u
 . tests/cuda/h200/setup.sh
 off="GLM53_CUDA_GEMV_STREAM=0 GLM53_CUDA_PDL=0 GLM53_CUDA_KDA_SEQUENCES=0"
@@ -45,10 +46,10 @@ prof() {   # prof NAME BATCH CONTEXT ENV...
   echo "$name (batch $batch, context $ctx): $(grep 'decode step' $o/profile_$name.txt || tail -1 $o/profile_$name.txt)"
 }
 prof b1_off 1 2048 $off
-prof b1_stream 1 2048 GLM53_CUDA_GEMV_STREAM=1 GLM53_CUDA_PDL=0 GLM53_CUDA_KDA_SEQUENCES=0
+[ -n "${QUICK:-}" ] || prof b1_stream 1 2048 GLM53_CUDA_GEMV_STREAM=1 GLM53_CUDA_PDL=0 GLM53_CUDA_KDA_SEQUENCES=0
 prof b1_stream_kda 1 2048 GLM53_CUDA_GEMV_STREAM=1 GLM53_CUDA_PDL=0 GLM53_CUDA_KDA_SEQUENCES=1
 prof b1_all 1 2048 $on
-prof b1_all_8192 1 8192 $on
+[ -n "${QUICK:-}" ] || prof b1_all_8192 1 8192 $on
 prof b8_off 8 2048 $off
 prof b8_all 8 2048 $on
 if [ "${GEMV:-1}" = 1 ]; then
