@@ -12,7 +12,7 @@
 #   4. bench_gemv --quick: every GEMV version at the real projection shapes, M = 1, 4, 16 (version 5, the
 #      streaming form, must give version 4's bits: "same-v4"; the M = 1 rows are printed).
 # Run there from the project root, carrying .h200 (tests/cuda/h200/pack.sh) and .debs. GEMV=0 skips step 4;
-# QUICK=1 skips the fixtures and runs only the batch-1 profiles off, stream + fused KDA, and all on (and batch 8).
+# CHECK_ONLY=1 stops after step 2; QUICK=1 skips the fixtures and runs only the batch-1 profiles off, stream + fused KDA, and all on (and batch 8).
 set -u
 . tests/cuda/h200/setup.sh
 off="GLM53_CUDA_GEMV_STREAM=0 GLM53_CUDA_PDL=0 GLM53_CUDA_KDA_SEQUENCES=0"
@@ -39,6 +39,7 @@ for model in models/glm53-tiny /tmp/glm53-tiny-fp8; do
   done
 done
 el "greedy ids"
+[ -n "${CHECK_ONLY:-}" ] && { el "done (checks only)"; exit 0; }
 rm -rf /tmp/bm_* /tmp/bm
 [ -d /tmp/flash ] || timeout 420 python3 scripts/make_bench_model.py --gpu --layers flash --mtp --out /tmp/flash > $o/make_flash.log 2>&1
 el "flash slice ready"
