@@ -8,7 +8,9 @@
  *      row gives the same bits at any M <= 16 (batch invariant), which exact greedy speculative decoding needs:
  *      cuBLAS, which BF16 weights took before at every M, gave the trained tiny model's MTP verification rows
  *      other bits than its decode rows (a greedy continuation changed). kernels/cuda/bench/gemv.cu times it
- *      against the other versions and cuBLAS.
+ *      against the other versions and cuBLAS. With GLM53_CUDA_GEMV_STREAM on (docs/cuda.md), an x that fits
+ *      shared memory whole takes the streaming form (a block per run of tiles, the same bits), and matmul_multi
+ *      puts several weights of one x into one such launch.
  *   1. FP8 weight and M <= GEMV_MAX_M otherwise (F32 activations): gemv_kernel reads the FP8 codes directly,
  *      dequantises each with its block scale in F32 and accumulates in F32. One warp per output column
  *      (gemv.cuh).
