@@ -776,6 +776,13 @@ extern "C" glm53_status glm53_backend_cuda_create(int32_t ordinal, glm53_backend
         cuda_destroy(be);
         return st;
     }
+    /* The fused KDA op switched off: the table without it, so kda_forward runs the op chain without asking. */
+    static const glm53_backend_ops cuda_ops_without_kda_sequences = [] {
+        glm53_backend_ops ops = cuda_ops;
+        ops.kda_sequences = nullptr;
+        return ops;
+    }();
+    if (!cb->kda_sequences) be->ops = &cuda_ops_without_kda_sequences;
     be->device = GLM53_DEVICE_CUDA;
     be->ordinal = ordinal;
     be->stream = (void *)cb->stream;

@@ -336,6 +336,18 @@ static inline size_t gemv_mma_stream_smem(int x_rows, int R, int K) {
     return (size_t)x_rows * (K + GEMV_MMA_PAD) * 2 + 2 * (size_t)GEMV_MMA_WARPS * R * 16 * 8 * 4;
 }
 
+/* The streaming kernels' grid: as many blocks as the device holds at once (or fewer, with fewer tiles), each
+ * taking an equal run of per_block consecutive tiles. */
+static inline glm53_status gemv_mma_stream_grid(cuda_backend *cb, const void *kernel, size_t smem, int tiles,
+                                                unsigned *blocks, int *per_block) {
+    int per_sm = 0;
+    GLM53_TRY(cuda_blocks_per_sm(cb, kernel, GEMV_MMA_THREADS, smem, &per_sm));
+    const int most = per_sm * cb->sm_count;
+    *per_block = (tiles + most - 1) / most;
+    *blocks = (unsigned)((tiles + *per_block - 1) / *per_block);
+    return GLM53_OK;
+}
+
 /* Tiles [t_begin, t_end) of the product, x [x_rows, K] staged whole. Every thread of the block calls it. The
  * first step's weights are requested before the wait for the previous kernel: weights are never written. */
 template <bool FP8, int R, int U, class Tiles>

@@ -420,8 +420,6 @@ glm53_status cuda_kda_sequences(glm53_backend *be, glm53_tensor *o, const glm53_
         assert(cuda_is_act(raw[j]) && raw[j]->dtype == act && glm53_tensor_rows(raw[j]) == N &&
                cuda_cols(raw[j]) == H * width[j] && glm53_tensor_rows(w[j]) == H * width[j] && cuda_cols(w[j]) == K);
     assert(glm53_tensor_numel(g) == N * H * dk && glm53_tensor_numel(beta) == N * H);
-    if (!cb->kda_sequences)
-        return GLM53_FAIL(GLM53_ERR_UNSUPPORTED, "cuda kda_sequences: off (GLM53_CUDA_KDA_SEQUENCES=0)");
     if (dk > KDA_MAX_WIDTH || dv > KDA_MAX_WIDTH || K < 1 || K > KDA_MAX_K)
         return GLM53_FAIL(GLM53_ERR_UNSUPPORTED,
                           "cuda kda_sequences: head widths %lld, %lld (at most %d) or conv kernel %lld (1 .. %d)",

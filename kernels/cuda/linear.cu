@@ -127,8 +127,7 @@ static glm53_status gemv_mma_launch(cuda_backend *cb, act_out y, const __nv_bflo
     return GLM53_OK;
 }
 
-/* The streaming kernel over segs (gemv_mma.cuh): tiles numbered segment after segment, then as many blocks as
- * the device holds at once (or fewer, when there are fewer tiles), each taking an equal run of consecutive tiles. */
+/* The streaming kernel over segs (gemv_mma.cuh): tiles numbered segment after segment, on gemv_mma_stream_grid. */
 template <bool FP8, int R, int U>
 static glm53_status gemv_mma_stream_launch(cuda_backend *cb, gemv_mma_segments &segs, const __nv_bfloat16 *x, int M,
                                            int K) {
@@ -141,10 +140,9 @@ static glm53_status gemv_mma_stream_launch(cuda_backend *cb, gemv_mma_segments &
         segs.tiles += (segs.seg[s].n_rows + 8 * R - 1) / (8 * R);
     }
     if (segs.tiles == 0) return GLM53_OK;
-    int per_sm = 0;
-    GLM53_TRY(cuda_blocks_per_sm(cb, kernel, GEMV_MMA_THREADS, smem, &per_sm));
-    const int most = per_sm * cb->sm_count, per_block = (segs.tiles + most - 1) / most;
-    const unsigned blocks = (unsigned)((segs.tiles + per_block - 1) / per_block);
+    unsigned blocks;
+    int per_block;
+    GLM53_TRY(gemv_mma_stream_grid(cb, kernel, smem, segs.tiles, &blocks, &per_block));
     CUDA_TRY(cuda_launch(cb, gemv_mma_stream_kernel<FP8, R, U>, blocks, GEMV_MMA_THREADS, smem, cb->pdl, segs, x, M, K,
                          per_block));
     CUDA_LAUNCHED("matmul (mma stream)");

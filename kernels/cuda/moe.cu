@@ -273,17 +273,15 @@ struct expert_tiles_common {
 };
 
 template <bool FP8>
-struct expert_gate_up_tiles {
-    static constexpr bool rows_before_wait = expert_tiles_common::rows_before_wait;
-    expert_tiles_common c;
-    act_out             h;            /* [N*K, F] */
-    int64_t             K, F, f_tiles;
-    int                 D;
-    float               limit;
-    cuda_fault         *fault;
+struct expert_gate_up_tiles : expert_tiles_common {
+    act_out     h;            /* [N*K, F] */
+    int64_t     K, F, f_tiles;
+    int         D;
+    float       limit;
+    cuda_fault *fault;
     __device__ int rows(int t, gemv_mma_lane_rows (&lane_rows)[2], int g) const {
         const int64_t slot = t / f_tiles, f0 = (t % f_tiles) * 8;
-        const cuda_expert *ex = c.expert_of(slot);
+        const cuda_expert *ex = expert_of(slot);
         const weight_ref none = {};
         lane_rows[0] = gemv_mma_rows_of<FP8>(ex ? ex->gate : none, f0, ex ? F : 0, D, g);
         lane_rows[1] = gemv_mma_rows_of<FP8>(ex ? ex->up : none, f0, ex ? F : 0, D, g);
@@ -291,27 +289,26 @@ struct expert_gate_up_tiles {
     }
     __device__ void store(int t, const float *sums) const {
         const int64_t slot = t / f_tiles, f0 = (t % f_tiles) * 8;
-        const int32_t e = c.ids[slot];
-        if (e >= 0 && c.held.holds(e) && (e >= c.n_experts || !c.experts[e].gate.data)) {
-            if (f0 == 0 && threadIdx.x == 0) cuda_record_fault(fault, CUDA_FAULT_MOE_EXPERTS, slot, e, c.n_experts);
+        if (!expert_of(slot)) {   /* unused, another rank's, or (a fault) routed to an expert without weights */
+            const int32_t e = ids[slot];
+            if (e >= 0 && held.holds(e) && f0 == 0 && threadIdx.x == 0)
+                cuda_record_fault(fault, CUDA_FAULT_MOE_EXPERTS, slot, e, n_experts);
             return;
         }
-        if (!c.expert_of(slot) || threadIdx.x >= 8 || f0 + threadIdx.x >= F) return;
+        if (threadIdx.x >= 8 || f0 + threadIdx.x >= F) return;
         float gv = round_as_act(sums[threadIdx.x], h.bf16), uv = round_as_act(sums[16 * 8 + threadIdx.x], h.bf16);
         h.store(slot * F + f0 + threadIdx.x, cuda_swiglu_value(gv, uv, limit));
     }
 };
 
 template <bool FP8>
-struct expert_down_tiles {
-    static constexpr bool rows_before_wait = expert_tiles_common::rows_before_wait;
-    expert_tiles_common c;
-    float              *out;          /* [N*K, D] */
-    int64_t             D, d_tiles;
-    int                 F;
+struct expert_down_tiles : expert_tiles_common {
+    float  *out;          /* [N*K, D] */
+    int64_t D, d_tiles;
+    int     F;
     __device__ int rows(int t, gemv_mma_lane_rows (&lane_rows)[2], int g) const {
         const int64_t slot = t / d_tiles, d0 = (t % d_tiles) * 16;
-        const cuda_expert *ex = c.expert_of(slot);
+        const cuda_expert *ex = expert_of(slot);
         const weight_ref none = {};
         lane_rows[0] = gemv_mma_rows_of<FP8>(ex ? ex->down : none, d0, ex ? D : 0, F, g);
         lane_rows[1] = gemv_mma_rows_of<FP8>(ex ? ex->down : none, d0 + 8, ex ? D : 0, F, g);
@@ -319,7 +316,7 @@ struct expert_down_tiles {
     }
     __device__ void store(int t, const float *sums) const {
         const int64_t slot = t / d_tiles, d0 = (t % d_tiles) * 16;
-        if (threadIdx.x >= 16 || !c.expert_of(slot)) return;
+        if (threadIdx.x >= 16 || !expert_of(slot)) return;
         const int r = threadIdx.x / 8, col = threadIdx.x % 8;
         if (d0 + 8 * r + col < D) out[slot * D + d0 + 8 * r + col] = sums[r * 16 * 8 + col];
     }
@@ -340,10 +337,10 @@ static glm53_status expert_stream_launch(cuda_backend *cb, const Tiles &tiles, i
     const void *kernel = (const void *)expert_stream_kernel<Tiles, FP8>;
     const size_t smem = gemv_mma_stream_smem(x_rows, 2, K);
     GLM53_TRY(cuda_smem_optin(cb, kernel, smem, what));
-    int per_sm = 0;
-    GLM53_TRY(cuda_blocks_per_sm(cb, kernel, GEMV_MMA_THREADS, smem, &per_sm));
-    const int most = per_sm * cb->sm_count, per_block = (n_tiles + most - 1) / most;
-    const unsigned blocks = (unsigned)((n_tiles + per_block - 1) / per_block);
+    if (n_tiles == 0) return GLM53_OK;
+    unsigned blocks;
+    int per_block;
+    GLM53_TRY(gemv_mma_stream_grid(cb, kernel, smem, n_tiles, &blocks, &per_block));
     CUDA_TRY(cuda_launch(cb, expert_stream_kernel<Tiles, FP8>, blocks, GEMV_MMA_THREADS, smem, cb->pdl, tiles, n_tiles,
                          per_block, x, x_rows, K));
     CUDA_LAUNCHED(what);

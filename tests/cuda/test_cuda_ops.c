@@ -2005,6 +2005,8 @@ int main(int argc, char **argv) {
         }
     }
 
+    /* The fused KDA op is off by default in the backend (docs/cuda.md, decode-path switches); its check needs it. */
+    setenv("GLM53_CUDA_KDA_SEQUENCES", "1", 0);
     glm53_status st = self_test ? glm53_backend_cpu_create(0, &gpu) : glm53_backend_cuda_create(0, &gpu);
     if (st != GLM53_OK) {
         printf("cannot create the CUDA backend: %s\ncuda ops: 0 passed, 1 failed\n", glm53_last_error());
