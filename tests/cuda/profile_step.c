@@ -4,6 +4,7 @@
  * profile_report), one row per kernel label.
  *
  *     profile_step MODEL_DIR [--context L] [--batch B] [--steps N]
+ *     profile_step MODEL_DIR --prefill N [--chunks C1,C2,...] [--steps R]
  *
  * Each of the B sequences gets an L-token prompt (prefilled in chunks of 2048, so long contexts do not need a
  * quadratic prefill), then 3 warm-up decode steps; then
@@ -14,6 +15,11 @@
  *      its total runs above the eager figure by the host's extra work; the shares are what it is for.
  * The median figures are the ones for docs/performance.md; with the table beside them the floor of each row
  * can be written down (bytes it must move / 4.3 TB/s).
+ *
+ * With --prefill N (issue 17): a fresh sequence takes an N-token prompt in chunks of C tokens (one step per
+ * chunk; C = N is one-shot prefill), R times per chunk size (default R = 3), median wall time; then one more
+ * prefill in chunks of the first size with kernel timing on, and its per-kernel table. A chunk size that fails
+ * (out of device memory, say) prints the error and the next one runs.
  */
 #include "core/engine/model.h"
 #include "core/engine/step.h"
@@ -44,18 +50,85 @@ static int fail(const char *what) {
     return 1;
 }
 
+/* One fresh sequence takes `n` prompt tokens in chunks of `chunk`; returns the wall time in ms, or -1. */
+static double prefill_once(glm53_model *m, int32_t n, int32_t chunk, int32_t *tokens, float *logits) {
+    const int32_t V = glm53_model_config_get(m)->text.vocab_size;
+    glm53_seq_params sp = glm53_seq_default_params();
+    sp.max_tokens = n + 16;
+    glm53_seq *seq = NULL;
+    if (glm53_seq_create(m, &sp, &seq) != GLM53_OK) return -1.0;
+    for (int32_t i = 0; i < n; i++) tokens[i] = (int32_t)((i * 7919 + 17) % (V > 200 ? 200 : V));
+    glm53_step_output out = {.logits = logits, .capacity = 1};
+    double t0 = now_ms();
+    for (int32_t done = 0; done < n;) {
+        int32_t rows = n - done < chunk ? n - done : chunk;
+        glm53_batch b = {.n_seqs = 1, .seqs = &seq, .n_rows = &rows, .tokens = tokens + done};
+        if (glm53_model_step(m, &b, &out) != GLM53_OK) {   /* the logits of the last row arrive: the step is done */
+            glm53_seq_free(seq);
+            return -1.0;
+        }
+        done += rows;
+    }
+    double ms = now_ms() - t0;
+    glm53_seq_free(seq);
+    return ms;
+}
+
+/* --prefill: see the purpose block. */
+static int profile_prefill(glm53_model *m, const char *dir, int32_t n, const char *chunks, int repeats) {
+    glm53_backend *be = m->ranks[0].be;
+    const int32_t V = glm53_model_config_get(m)->text.vocab_size;
+    int32_t *tokens = malloc((size_t)n * sizeof *tokens);
+    float *logits = malloc((size_t)V * sizeof *logits);
+    double *times = malloc((size_t)repeats * sizeof *times);
+    int32_t sizes[16], n_sizes = 0, failed = 0;
+    for (const char *c = chunks; c && *c && n_sizes < 16; c = strchr(c, ',') ? strchr(c, ',') + 1 : "") {
+        int32_t chunk = atoi(c);
+        sizes[n_sizes++] = chunk < 1 || chunk > n ? n : chunk;
+    }
+    if (n_sizes == 0) sizes[n_sizes++] = n;
+    if (prefill_once(m, n < 64 ? n : 64, 64, tokens, logits) < 0) return fail("warm-up prefill");
+    printf("%s: prefill of %d tokens, %d runs per figure\n", dir, n, repeats);
+    for (int k = 0; k < n_sizes; k++) {
+        int ok = 1;
+        for (int r = 0; ok && r < repeats; r++) ok = (times[r] = prefill_once(m, n, sizes[k], tokens, logits)) >= 0;
+        if (ok) {
+            double ms = median(times, repeats);
+            printf("prefill %d tokens, chunks of %d: %.2f ms (median), %.0f tokens/s\n", n, sizes[k], ms, 1e3 * n / ms);
+        } else {
+            printf("prefill %d tokens, chunks of %d: failed: %s\n", n, sizes[k], glm53_last_error());
+            failed = 1;
+        }
+        fflush(stdout);
+    }
+    if (be->ops->profile_start && be->ops->profile_report) {
+        if (be->ops->profile_start(be) != GLM53_OK) return fail("profile_start");
+        double ms = prefill_once(m, n, sizes[0], tokens, logits);
+        printf("\nper kernel, one prefill of %d tokens in chunks of %d (%.2f ms with an event per launch):\n", n, sizes[0],
+               ms);
+        if (be->ops->profile_report(be, stdout) != GLM53_OK) return fail("profile_report");
+    }
+    free(tokens), free(logits), free(times);
+    return failed;
+}
+
 int main(int argc, char **argv) {
     const char *dir = NULL;
-    int context = 512, batch = 1, steps = 20;
+    int context = 512, batch = 1, steps = 20, prefill = 0, steps_given = 0;
+    const char *chunks = NULL;
     for (int i = 1; i < argc; i++) {
         if (i + 1 < argc && strcmp(argv[i], "--context") == 0) context = atoi(argv[++i]);
         else if (i + 1 < argc && strcmp(argv[i], "--batch") == 0) batch = atoi(argv[++i]);
-        else if (i + 1 < argc && strcmp(argv[i], "--steps") == 0) steps = atoi(argv[++i]);
+        else if (i + 1 < argc && strcmp(argv[i], "--steps") == 0) steps = atoi(argv[++i]), steps_given = 1;
+        else if (i + 1 < argc && strcmp(argv[i], "--prefill") == 0) prefill = atoi(argv[++i]);
+        else if (i + 1 < argc && strcmp(argv[i], "--chunks") == 0) chunks = argv[++i];
         else if (argv[i][0] != '-' && !dir) dir = argv[i];
         else dir = NULL, i = argc;
     }
-    if (!dir || context < 1 || batch < 1 || batch > 256 || steps < 1 || steps > 10000) {
-        fprintf(stderr, "usage: profile_step MODEL_DIR [--context L >= 1] [--batch B 1..256] [--steps N 1..10000]\n");
+    if (!dir || context < 1 || batch < 1 || batch > 256 || steps < 1 || steps > 10000 || prefill < 0 ||
+        (chunks && !prefill)) {
+        fprintf(stderr, "usage: profile_step MODEL_DIR [--context L >= 1] [--batch B 1..256] [--steps N 1..10000]\n"
+                        "       profile_step MODEL_DIR --prefill N [--chunks C1,C2,...] [--steps R]\n");
         return 2;
     }
     glm53_model_params mp = glm53_model_default_params();
@@ -68,6 +141,11 @@ int main(int argc, char **argv) {
         return 1;
     }
     const int32_t V = glm53_model_config_get(m)->text.vocab_size;
+    if (prefill) {
+        int rc = profile_prefill(m, dir, prefill, chunks, steps_given ? steps : 3);
+        glm53_model_free(m);
+        return rc;
+    }
 
     glm53_seq_params sp = glm53_seq_default_params();
     sp.max_tokens = context + 2 * steps + 16;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The decode path's switches side by side on the H200 (issue 16), with the checks that must hold first. The
-# switches, each 1 (on) by default: GLM53_CUDA_GEMV_STREAM (the streaming tensor-core GEMV, the multi-weight
+# switches (docs/cuda.md "Decode-path switches"; each read at backend creation, "1" on, "0" off): GLM53_CUDA_GEMV_STREAM (the streaming tensor-core GEMV, the multi-weight
 # launches and the streaming decode experts), GLM53_CUDA_PDL (programmatic dependent launch),
 # GLM53_CUDA_KDA_SEQUENCES (the fused KDA op).
 #   1. test_cuda_ops' groups of the changed kernels against the CPU ops; the fixtures on CUDA (BF16) against the
@@ -9,9 +9,11 @@
 #   3. the flash slice (make_bench_model.py --layers flash --mtp): decode step at context 2048, batch 1 with the
 #      switches added one at a time, batch 8 all off and all on, context 8192 all on (profile_step: eager, graph
 #      replay and the per-kernel table into $OUT);
-#   4. bench_gemv --quick: every GEMV version at the real projection shapes, M = 1, 4, 16 (version 5, the
+#   4. prefill of the flash slice (issue 17), switches all off: 2048 tokens one-shot and in chunks of 512, 8192
+#      one-shot and in chunks of 2048 and 512, and the per-kernel table of the one-shot 8192 (PREFILL=0 skips it);
+#   5. bench_gemv --quick: every GEMV version at the real projection shapes, M = 1, 4, 16 (version 5, the
 #      streaming form, must give version 4's bits: "same-v4"; the M = 1 rows are printed).
-# Run there from the project root, carrying .h200 (tests/cuda/h200/pack.sh) and .debs. GEMV=0 skips step 4;
+# Run there from the project root, carrying .h200 (tests/cuda/h200/pack.sh) and .debs. GEMV=0 skips step 5;
 # CHECK_ONLY=1 stops after step 2; QUICK=1 skips the fixtures and runs only the batch-1 profiles off, stream + fused KDA, and all on (and batch 8).
 set -u
 . tests/cuda/h200/setup.sh
@@ -55,6 +57,12 @@ prof b1_all 1 2048 $on
 [ -n "${QUICK:-}" ] || prof b1_all_8192 1 8192 $on
 prof b8_off 8 2048 $off
 prof b8_all 8 2048 $on
+if [ "${PREFILL:-1}" = 1 ]; then
+  env $off timeout 100 /tmp/hb/profile_step /tmp/flash --prefill 2048 --chunks 2048,512 --steps 3 > $o/prefill_2048.txt 2>&1
+  env $off timeout 200 /tmp/hb/profile_step /tmp/flash --prefill 8192 --chunks 8192,2048,512 --steps 2 > $o/prefill_8192.txt 2>&1
+  el "prefill rc=$?"; grep -hE "^prefill|failed" $o/prefill_2048.txt $o/prefill_8192.txt
+  sed -n '/^per kernel/,/^total/p' $o/prefill_8192.txt | head -32
+fi
 if [ "${GEMV:-1}" = 1 ]; then
   timeout 150 /tmp/hb/bench_gemv --quick > $o/bench_gemv.txt 2>&1; el "bench_gemv rc=$?"
   grep -E " 1 (4 R2 U2|4 R1 U8|5 R|cublas)|FAIL|failed" $o/bench_gemv.txt | awk '{print $1,$2,$3,$4,$5,$6,$7,$8,$9,$11,$13}' | head -70
