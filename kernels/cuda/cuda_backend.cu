@@ -79,8 +79,9 @@ glm53_status cuda_smem_optin(cuda_backend *cb, const void *kernel, size_t bytes,
     return GLM53_OK;
 }
 
-/* The decode-path switches' defaults: off until a GPU run of this tree has checked them (decode_ab.sh). */
-static const bool CUDA_DEFAULT_GEMV_STREAM = false, CUDA_DEFAULT_PDL = false, CUDA_DEFAULT_KDA_SEQUENCES = false;
+/* The performance switches' defaults: off until a GPU run of this tree has checked them (decode_ab.sh). */
+static const bool CUDA_DEFAULT_GEMV_STREAM = false, CUDA_DEFAULT_PDL = false, CUDA_DEFAULT_KDA_SEQUENCES = false,
+                  CUDA_DEFAULT_GROUPED_EXPERTS = false;
 
 glm53_status cuda_blocks_per_sm(cuda_backend *cb, const void *kernel, int threads, size_t smem, int *blocks) {
     for (int32_t i = 0; i < cb->n_occupancy; i++)
@@ -674,8 +675,8 @@ static glm53_status cuda_backend_init(cuda_backend *cb, int32_t ordinal) {
     }
     cb->smem_optin = (int32_t)prop.sharedMemPerBlockOptin;
     cb->sm_count = (int32_t)prop.multiProcessorCount;
-    /* Switches of the decode path: "0" off, "1" on, unset the default here (tests/cuda/h200/decode_ab.sh times
-     * them side by side; docs/cuda.md says which are measured). */
+    /* Performance switches (the decode path's, the prefill experts'): "0" off, "1" on, unset the default here
+     * (tests/cuda/h200/decode_ab.sh times them side by side; docs/cuda.md says which are measured). */
     auto switched_on = [](const char *name, bool by_default) {
         const char *v = getenv(name);
         return v && (!strcmp(v, "0") || !strcmp(v, "1")) ? v[0] == '1' : by_default;
@@ -683,6 +684,7 @@ static glm53_status cuda_backend_init(cuda_backend *cb, int32_t ordinal) {
     cb->gemv_stream = switched_on("GLM53_CUDA_GEMV_STREAM", CUDA_DEFAULT_GEMV_STREAM);
     cb->pdl = switched_on("GLM53_CUDA_PDL", CUDA_DEFAULT_PDL);
     cb->kda_sequences = switched_on("GLM53_CUDA_KDA_SEQUENCES", CUDA_DEFAULT_KDA_SEQUENCES);
+    cb->grouped_experts = switched_on("GLM53_CUDA_GROUPED_EXPERTS", CUDA_DEFAULT_GROUPED_EXPERTS);
 
     cb->allocator = new (std::nothrow) cuda_allocator();
     if (!cb->allocator) return GLM53_FAIL(GLM53_ERR_OUT_OF_MEMORY, "cuda: no host memory for the allocator");

@@ -72,10 +72,11 @@ struct cuda_backend {
     int32_t         sm_count;           /* multiprocessors of the device */
     struct { const void *kernel; size_t smem; int32_t threads, blocks; } occupancy[32];   /* cuda_blocks_per_sm's */
     int32_t         n_occupancy;
-    /* The decode-path switches (cuda_backend.cu reads them at creation; docs/cuda.md): */
+    /* The performance switches (cuda_backend.cu reads them at creation; docs/cuda.md): */
     bool            gemv_stream;        /* the streaming tensor-core GEMV, GLM53_CUDA_GEMV_STREAM */
     bool            pdl;                /* programmatic dependent launch where a kernel supports it, GLM53_CUDA_PDL */
     bool            kda_sequences;      /* the fused KDA op, GLM53_CUDA_KDA_SEQUENCES (off: the op-by-op chain) */
+    bool            grouped_experts;    /* prefill experts grouped on the device, on tensor cores, GLM53_CUDA_GROUPED_EXPERTS */
 };
 
 static inline cuda_backend *cuda_impl(glm53_backend *be) { return (cuda_backend *)be->impl; }

@@ -6,7 +6,7 @@
  * the CPU backend's order and tie rule, so ids, their order and ties agree with the reference. (Thread 0 alone
  * ran the top-k before: 110 us per decode call at E = 288, k = 8.)
  *
- * moe_experts has two paths.
+ * moe_experts has three paths.
  *
  * Decode-sized batches (at most DEVICE_PATH_MAX_ROWS rows) stay on the device end to end, so a decode step
  * never waits for the host and can be captured into a CUDA graph: a table of every expert's weights is built
@@ -28,8 +28,13 @@
  *   4. y[n] = sum_slot weights[n, slot] * out[slot], in slot order, F32, one rounding.
  * Intermediates (gate, up) are in x's dtype: BF16 like every engine's expert GEMMs, or F32 for a full-precision
  * call. Rows are processed in chunks so the scratch stays bounded for long prefills. The host round trip makes
- * this path one synchronisation per call; grouped GEMMs for prefill are the performance issue's.
+ * this path one synchronisation per call.
+ *
+ * With GLM53_CUDA_GROUPED_EXPERTS on (docs/cuda.md), larger batches whose x is BF16 and whose experts suit the
+ * tensor cores take the device-grouped path instead (its section below): the same grouping done on the device
+ * and every expert's rows in one launch of a tensor-core GEMM (gemm_mma.cuh) per projection, no host round trip.
  */
+#include "kernels/cuda/gemm_mma.cuh"
 #include "kernels/cuda/gemv.cuh"
 #include "kernels/cuda/gemv_mma.cuh"
 
@@ -165,6 +170,7 @@ struct cuda_expert_table {
     cuda_expert *experts;   /* device [n_experts] */
     int64_t      max_width;
     bool         one_width; /* every expert with weights is max_width wide (the streaming kernels need it) */
+    bool         gemm_fits; /* every expert's D and width are multiples of GEMM_MMA_BK (the grouped path needs it) */
     int32_t      mma_dtype; /* every expert's weights suit the tensor-core GEMV in this dtype (FP8 / BF16); -1: no */
 };
 
@@ -456,6 +462,7 @@ glm53_status cuda_prepare_experts(glm53_backend *be, glm53_expert_set *set) {
     }
     int64_t max_width = 0, min_width = INT64_MAX;
     int32_t mma_dtype = -2;   /* -2: no expert seen yet */
+    bool gemm_fits = true;
     for (int32_t e = 0; e < set->n_experts; e++) {
         cuda_expert &ex = host[(size_t)e];
         ex = cuda_expert{};
@@ -464,6 +471,7 @@ glm53_status cuda_prepare_experts(glm53_backend *be, glm53_expert_set *set) {
         GLM53_TRY(cuda_weight_ref(set->up[e], &ex.up, "prepare_experts"));
         GLM53_TRY(cuda_weight_ref(set->down[e], &ex.down, "prepare_experts"));
         ex.width = set->gate[e]->shape[0];
+        if (ex.width % GEMM_MMA_BK || set->gate[e]->shape[1] % GEMM_MMA_BK) gemm_fits = false;
         if (ex.width > max_width) max_width = ex.width;
         if (ex.width < min_width) min_width = ex.width;
         /* the tensor-core path: every expert's three weights fit it, all in one dtype */
@@ -479,6 +487,7 @@ glm53_status cuda_prepare_experts(glm53_backend *be, glm53_expert_set *set) {
     if (!table) return GLM53_FAIL(GLM53_ERR_OUT_OF_MEMORY, "cuda prepare_experts: no host memory");
     table->max_width = max_width;
     table->one_width = min_width == max_width;
+    table->gemm_fits = gemm_fits;
     table->mma_dtype = mma_dtype >= 0 ? mma_dtype : -1;
     size_t bytes = host.size() * sizeof(cuda_expert);
     glm53_status st = cuda_device_alloc(cb, bytes ? bytes : 1, (void **)&table->experts, "expert table");
@@ -639,6 +648,222 @@ static glm53_status moe_experts_grouped(glm53_backend *be, glm53_tensor *y, cons
     return GLM53_OK;
 }
 
+/* ------------------------------------------------------------------------------------------------------------
+ * moe_experts, device-grouped path on tensor cores (GLM53_CUDA_GROUPED_EXPERTS; prefill)
+ *
+ * More rows than the device path takes, BF16 x, an expert table whose weights suit the tensor cores (FP8 or BF16)
+ * and whose D and widths are multiples of 64. Per chunk of up to GROUPED_CHUNK_ROWS rows, all on the device:
+ *   1. count the slots of each expert (atomics; unused slots and other ranks' experts are skipped, a slot routed
+ *      to an expert without weights records a fault), then one block turns the counts into each expert's first
+ *      ordered slot (start) and first 64-row m-tile (tile_start; tile_start[E] = the number of m-tiles);
+ *   2. place every slot: at = start[e] + atomicAdd(fill[e]), row_of[at] = its x row, place[slot] = at. The order
+ *      within an expert depends on the atomics' order, the bits do not: a row's products see only that row;
+ *   3. gate and up with the SwiGLU (gemm_mma.cuh; block (f-tile of 64, m-tile): the m-tile's expert by binary
+ *      search of tile_start, its 64 gathered x rows, gate and up rows f0 .. f0 + 64), then down (block (d-tile of
+ *      128, m-tile), into F32), then the weighted sum per row in slot order (combine_kernel, the host-grouped
+ *      path's).
+ * The grid's m-tile dimension is the bound slots / 64 + E; blocks past the real count return at once. No host
+ * synchronisation, six launches and two memsets per chunk whatever the number of experts, each expert's weights
+ * read as stored once per chunk per f- or d-tile. Intermediates as the other paths: gate and up rounded to BF16
+ * before the SwiGLU, h in BF16, expert outputs in F32, one rounding in the combine.
+ */
+static const int64_t GROUPED_CHUNK_ROWS = 4096;   /* token rows per round: h 64 MiB, expert outputs 512 MiB at most */
+
+struct expert_groups {
+    int32_t *count;        /* [E] slots of each expert in this chunk */
+    int32_t *fill;         /* [E] placed so far (step 2) */
+    int32_t *start;        /* [E] first ordered slot of each expert */
+    int32_t *tile_start;   /* [E + 1] first m-tile of each expert; [E]: the number of m-tiles */
+    int32_t *row_of;       /* [slots] x row of ordered slot i */
+    int32_t *place;        /* [slots] ordered position of slot s, -1: not computed here */
+};
+
+/* Whether this rank computes slot s's expert e (records a fault for an expert it should hold but has no weights). */
+__device__ inline bool grouped_slot_used(int32_t e, const cuda_expert *experts, int32_t n_experts, held_range held,
+                                         int64_t slot, cuda_fault *fault) {
+    if (e < 0 || !held.holds(e)) return false;
+    if (e >= n_experts || !experts[e].gate.data) {
+        cuda_record_fault(fault, CUDA_FAULT_MOE_EXPERTS, slot, e, n_experts);
+        return false;
+    }
+    return true;
+}
+
+/* ids [slots] (this chunk's); slot0: the chunk's first slot in the call (for the fault's position). */
+__global__ void grouped_count_kernel(expert_groups gr, const int32_t *ids, const cuda_expert *experts,
+                                     int32_t n_experts, held_range held, int64_t slots, int64_t slot0,
+                                     cuda_fault *fault) {
+    GRID_STRIDE(s, slots) {
+        const int32_t e = ids[s];
+        if (grouped_slot_used(e, experts, n_experts, held, slot0 + s, fault)) atomicAdd(&gr.count[e], 1);
+    }
+}
+
+/* One block; dynamic shared memory [E] int32. The counts are read in parallel, scanned by one thread. */
+__global__ void grouped_scan_kernel(expert_groups gr, int32_t n_experts) {
+    extern __shared__ int32_t scan_counts[];
+    for (int32_t e = threadIdx.x; e < n_experts; e += blockDim.x) scan_counts[e] = gr.count[e];
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+    int32_t at = 0, tiles = 0;
+    for (int32_t e = 0; e < n_experts; e++) {
+        gr.start[e] = at;
+        gr.tile_start[e] = tiles;
+        at += scan_counts[e];
+        tiles += (scan_counts[e] + GEMM_MMA_BM - 1) / GEMM_MMA_BM;
+    }
+    gr.tile_start[n_experts] = tiles;
+}
+
+/* row0: the chunk's first x row; K slots a row. Faults were recorded by the count. */
+__global__ void grouped_place_kernel(expert_groups gr, const int32_t *ids, const cuda_expert *experts,
+                                     int32_t n_experts, held_range held, int64_t slots, int64_t row0, int64_t K) {
+    GRID_STRIDE(s, slots) {
+        const int32_t e = ids[s];
+        if (e < 0 || !held.holds(e) || e >= n_experts || !experts[e].gate.data) {
+            gr.place[s] = -1;
+            continue;
+        }
+        const int32_t at = gr.start[e] + atomicAdd(&gr.fill[e], 1);
+        gr.row_of[at] = (int32_t)(row0 + s / K);
+        gr.place[s] = at;
+    }
+}
+
+/* The expert of m-tile t (the last expert whose first m-tile is at or before t: experts without slots have no
+ * m-tiles, so they are never the answer) and the tile's ordered slots [m0, m_end). */
+__device__ inline int32_t grouped_tile_expert(const expert_groups &gr, int32_t n_experts, int32_t t, int32_t *m0,
+                                              int32_t *m_end) {
+    int32_t lo = 0, hi = n_experts - 1;
+    while (lo < hi) {
+        const int32_t mid = (lo + hi + 1) / 2;
+        if (gr.tile_start[mid] <= t) lo = mid;
+        else hi = mid - 1;
+    }
+    *m0 = gr.start[lo] + (t - gr.tile_start[lo]) * GEMM_MMA_BM;
+    *m_end = gr.start[lo] + gr.count[lo];
+    return lo;
+}
+
+/* h[i, f] = swiglu(round(x[row_of[i]] . gate_e[f]), round(x[row_of[i]] . up_e[f])) for the ordered slots i of
+ * expert e; h [slots, F] BF16. grid (ceil(F / 64), m-tile bound), gemm_mma_smem(FP8) bytes. */
+template <bool FP8>
+__global__ void __launch_bounds__(GEMM_MMA_THREADS, 2)
+grouped_gate_up_kernel(__nv_bfloat16 *h, const __nv_bfloat16 *x, expert_groups gr, const cuda_expert *experts,
+                       int32_t n_experts, int64_t D, int64_t F, float limit) {
+    extern __shared__ __align__(16) uint8_t gemm_smem[];
+    const int32_t t = blockIdx.y;
+    if (t >= gr.tile_start[n_experts]) return;   /* the whole block: past the real m-tiles */
+    int32_t m0, m_end;
+    const cuda_expert &ex = experts[grouped_tile_expert(gr, n_experts, t, &m0, &m_end)];
+    const int64_t f0 = (int64_t)blockIdx.x * 64;
+    if (f0 >= ex.width) return;
+    int64_t x_row[2];
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+        const int32_t i = m0 + (int32_t)threadIdx.x / 8 + 32 * j;
+        x_row[j] = i < m_end ? gr.row_of[i] : -1;
+    }
+    const gemm_mma_tile tile = {x, D, {ex.gate, ex.up}, {f0, f0}, {ex.width, ex.width}, (int)D};
+    const float *c = gemm_mma_block<FP8>(gemm_smem, tile, x_row);
+    for (int i = threadIdx.x; i < GEMM_MMA_BM * 64; i += GEMM_MMA_THREADS) {
+        const int r = i / 64, col = i % 64;
+        if (m0 + r >= m_end || f0 + col >= ex.width) continue;
+        const float gv = round_as_act(c[r * GEMM_MMA_C_LD + col], true);
+        const float uv = round_as_act(c[r * GEMM_MMA_C_LD + 64 + col], true);
+        h[(int64_t)(m0 + r) * F + f0 + col] = __float2bfloat16_rn(cuda_swiglu_value(gv, uv, limit));
+    }
+}
+
+/* out[i, d] = h[i, :Fe] . down_e[d] (F32) for the ordered slots i of expert e. grid (ceil(D / 128), m-tile
+ * bound), gemm_mma_smem(FP8) bytes. */
+template <bool FP8>
+__global__ void __launch_bounds__(GEMM_MMA_THREADS, 2)
+grouped_down_kernel(float *out, const __nv_bfloat16 *h, expert_groups gr, const cuda_expert *experts,
+                    int32_t n_experts, int64_t D, int64_t F) {
+    extern __shared__ __align__(16) uint8_t gemm_smem[];
+    const int32_t t = blockIdx.y;
+    if (t >= gr.tile_start[n_experts]) return;
+    int32_t m0, m_end;
+    const cuda_expert &ex = experts[grouped_tile_expert(gr, n_experts, t, &m0, &m_end)];
+    const int64_t d0 = (int64_t)blockIdx.x * GEMM_MMA_BN;
+    int64_t x_row[2];
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+        const int32_t i = m0 + (int32_t)threadIdx.x / 8 + 32 * j;
+        x_row[j] = i < m_end ? i : -1;
+    }
+    const gemm_mma_tile tile = {h, F, {ex.down, ex.down}, {d0, d0 + 64}, {D, D}, (int)ex.width};
+    const float *c = gemm_mma_block<FP8>(gemm_smem, tile, x_row);
+    for (int i = threadIdx.x; i < GEMM_MMA_BM * GEMM_MMA_BN; i += GEMM_MMA_THREADS) {
+        const int r = i / GEMM_MMA_BN, col = i % GEMM_MMA_BN;
+        if (m0 + r < m_end && d0 + col < D) out[(int64_t)(m0 + r) * D + d0 + col] = c[r * GEMM_MMA_C_LD + col];
+    }
+}
+
+template <bool FP8>
+static glm53_status grouped_gemm_launch(cuda_backend *cb, __nv_bfloat16 *h, float *out, const __nv_bfloat16 *x,
+                                        const expert_groups &gr, const cuda_expert_table *table, int32_t n_experts,
+                                        int64_t D, int64_t F, float limit, unsigned m_tiles) {
+    const size_t smem = gemm_mma_smem(FP8);
+    GLM53_TRY(cuda_smem_optin(cb, (const void *)grouped_gate_up_kernel<FP8>, smem, "moe_experts (grouped gate, up)"));
+    GLM53_TRY(cuda_smem_optin(cb, (const void *)grouped_down_kernel<FP8>, smem, "moe_experts (grouped down)"));
+    grouped_gate_up_kernel<FP8><<<dim3((unsigned)((F + 63) / 64), m_tiles), GEMM_MMA_THREADS, smem, cb->stream>>>(
+        h, x, gr, table->experts, n_experts, D, F, limit);
+    CUDA_LAUNCHED("moe_experts (grouped gate, up; mma)");
+    grouped_down_kernel<FP8><<<dim3((unsigned)((D + GEMM_MMA_BN - 1) / GEMM_MMA_BN), m_tiles), GEMM_MMA_THREADS, smem,
+                               cb->stream>>>(out, h, gr, table->experts, n_experts, D, F);
+    CUDA_LAUNCHED("moe_experts (grouped down; mma)");
+    return GLM53_OK;
+}
+
+/* Whether the device-grouped path takes this call (the caller has checked the row count). */
+static bool grouped_fits(const cuda_backend *cb, const cuda_expert_table *table, const glm53_tensor *x) {
+    return cb->grouped_experts && table && table->max_width > 0 && table->mma_dtype >= 0 && table->gemm_fits &&
+           x->dtype == GLM53_BF16 && cuda_cols(x) % GEMM_MMA_BK == 0 && (uintptr_t)x->data % 16 == 0;
+}
+
+static glm53_status moe_experts_grouped_mma(cuda_backend *cb, glm53_tensor *y, const glm53_tensor *x,
+                                            const glm53_tensor *ids, const glm53_tensor *weights,
+                                            const cuda_expert_table *table, const glm53_expert_set *set,
+                                            float limit) {
+    const int32_t E = set->n_experts;
+    const held_range held = {set->first_held, set->n_held};
+    const int64_t N = glm53_tensor_rows(x), D = cuda_cols(x), K = cuda_cols(ids), F = table->max_width;
+    const int64_t chunk_rows = N < GROUPED_CHUNK_ROWS ? N : GROUPED_CHUNK_ROWS, slots_max = chunk_rows * K;
+    cuda_scratch h_buf, out_buf, index_buf;
+    GLM53_TRY(h_buf.get(cb, (size_t)(slots_max * F) * 2, "moe_experts grouped swiglu rows"));
+    GLM53_TRY(out_buf.get(cb, (size_t)(slots_max * D) * sizeof(float), "moe_experts grouped expert outputs"));
+    GLM53_TRY(index_buf.get(cb, (size_t)(4 * (E + 1) + 2 * slots_max) * sizeof(int32_t), "moe_experts groups"));
+    int32_t *ints = (int32_t *)index_buf.ptr;
+    const expert_groups gr = {ints, ints + (E + 1), ints + 2 * (E + 1), ints + 3 * (E + 1), ints + 4 * (E + 1),
+                              ints + 4 * (E + 1) + slots_max};
+    const int32_t *id = (const int32_t *)ids->data;
+    for (int64_t n0 = 0; n0 < N; n0 += chunk_rows) {
+        const int64_t rows = N - n0 < chunk_rows ? N - n0 : chunk_rows, slots = rows * K;
+        CUDA_TRY(cudaMemsetAsync(gr.count, 0, (size_t)(2 * (E + 1)) * sizeof(int32_t), cb->stream));   /* count, fill */
+        grouped_count_kernel<<<cuda_blocks_for(slots, 256), 256, 0, cb->stream>>>(
+            gr, id + n0 * K, table->experts, E, held, slots, n0 * K, cb->fault);
+        CUDA_LAUNCHED("moe_experts (grouped count)");
+        grouped_scan_kernel<<<1, 1024, (size_t)E * sizeof(int32_t), cb->stream>>>(gr, E);
+        CUDA_LAUNCHED("moe_experts (grouped scan)");
+        grouped_place_kernel<<<cuda_blocks_for(slots, 256), 256, 0, cb->stream>>>(gr, id + n0 * K, table->experts, E,
+                                                                                  held, slots, n0, K);
+        CUDA_LAUNCHED("moe_experts (grouped place)");
+        const unsigned m_tiles = (unsigned)((slots + GEMM_MMA_BM - 1) / GEMM_MMA_BM + E);
+        if (table->mma_dtype == GLM53_F8_E4M3)
+            GLM53_TRY(grouped_gemm_launch<true>(cb, (__nv_bfloat16 *)h_buf.ptr, (float *)out_buf.ptr,
+                                                (const __nv_bfloat16 *)x->data, gr, table, E, D, F, limit, m_tiles));
+        else
+            GLM53_TRY(grouped_gemm_launch<false>(cb, (__nv_bfloat16 *)h_buf.ptr, (float *)out_buf.ptr,
+                                                 (const __nv_bfloat16 *)x->data, gr, table, E, D, F, limit, m_tiles));
+        combine_kernel<<<cuda_blocks_for(rows * D, 256), 256, 0, cb->stream>>>(
+            cuda_act_out(y), (const float *)out_buf.ptr, gr.place, (const float *)weights->data, n0, rows, K, D);
+        CUDA_LAUNCHED("moe_experts (grouped combine)");
+    }
+    return GLM53_OK;
+}
+
 glm53_status cuda_moe_experts(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x, const glm53_tensor *ids,
                               const glm53_tensor *weights, const glm53_expert_set *experts, float limit) {
     cuda_backend *cb = cuda_impl(be);
@@ -653,6 +878,7 @@ glm53_status cuda_moe_experts(glm53_backend *be, glm53_tensor *y, const glm53_te
     const cuda_expert_table *table = (const cuda_expert_table *)experts->device;
     if (table && N <= DEVICE_PATH_MAX_ROWS && table->max_width > 0)
         return moe_experts_on_device(cb, y, x, ids, weights, table, experts, limit);
+    if (grouped_fits(cb, table, x)) return moe_experts_grouped_mma(cb, y, x, ids, weights, table, experts, limit);
     try {   /* the host-side grouping uses std::vector: its bad_alloc must not cross into C */
         return moe_experts_grouped(be, y, x, ids, weights, experts, limit);
     } catch (const std::bad_alloc &) {

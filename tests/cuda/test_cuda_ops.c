@@ -1426,14 +1426,17 @@ done:
     check_end();
 }
 
-/* moe_experts on N rows at once gives each row the bits it gets alone: its slots' products do not depend on the
- * slots the other rows route to the same experts (the tensor-core path computes an expert's slots as the rows
- * of one product). Few experts for many rows, so experts are shared. */
-static void check_moe_rows_invariant(int64_t N, int64_t D, int64_t F, int32_t E, int64_t K, int w_dt, int blk) {
+/* moe_experts on N rows at once gives each row the bits it gets in calls of `split` rows: its slots' products do
+ * not depend on the slots the other rows route to the same experts (the tensor-core paths compute an expert's
+ * slots as the rows of one product). split 1: against single-row calls (the device path); split > 16: calls that
+ * all take the device-grouped path, whose m-tiles then hold other rows. Few experts for many rows, so experts
+ * are shared. */
+static void check_moe_rows_invariant(int64_t N, int64_t D, int64_t F, int32_t E, int64_t K, int w_dt, int blk,
+                                     int64_t split) {
     char dts[48];
     snprintf(dts, sizeof dts, "x:bf16 w:%s", dt_name(w_dt));
-    check_begin("moe_experts rows invariant", dts, "N %lld D %lld F %lld E %d k %lld", (long long)N, (long long)D,
-                (long long)F, E, (long long)K);
+    check_begin("moe_experts rows invariant", dts, "N %lld D %lld F %lld E %d k %lld, calls of %lld rows",
+                (long long)N, (long long)D, (long long)F, E, (long long)K, (long long)split);
     tpair x = {0}, ids = {0}, wts = {0}, y = {0}, y1 = {0};
     tpair gate[16] = {{0}}, up[16] = {{0}}, down[16] = {{0}};
     const glm53_tensor *gg[16] = {0}, *ug[16] = {0}, *dg[16] = {0};
@@ -1456,9 +1459,10 @@ static void check_moe_rows_invariant(int64_t N, int64_t D, int64_t F, int32_t E,
     set = (glm53_expert_set){.n_experts = E, .gate = gg, .up = ug, .down = dg};
     if (gpu->ops->prepare_experts) TRY(gpu->ops->prepare_experts(gpu, &set));
     TRY(gpu->ops->moe_experts(gpu, y.g, x.g, ids.g, wts.g, &set, 10.0f));
-    for (int64_t n = 0; n < N; n++) {
-        glm53_tensor xn = glm53_tensor_rows_view(x.g, n, 1), in = glm53_tensor_rows_view(ids.g, n, 1);
-        glm53_tensor wn = glm53_tensor_rows_view(wts.g, n, 1), yn = glm53_tensor_rows_view(y1.g, n, 1);
+    for (int64_t n = 0; n < N; n += split) {
+        int64_t rows = N - n < split ? N - n : split;
+        glm53_tensor xn = glm53_tensor_rows_view(x.g, n, rows), in = glm53_tensor_rows_view(ids.g, n, rows);
+        glm53_tensor wn = glm53_tensor_rows_view(wts.g, n, rows), yn = glm53_tensor_rows_view(y1.g, n, rows);
         TRY(gpu->ops->moe_experts(gpu, &yn, &xn, &in, &wn, &set, 10.0f));
     }
     int64_t differing = 0;
@@ -1714,8 +1718,8 @@ static void group_moe(void) {
     check_moe_experts(1, 64, 32, 8, 2, BF16, BF16, 0, true);
     check_moe_experts(3, 130, 48, 6, 3, BF16, FP8, 16, false);   /* device path, K = 130: element-wise lanes */
     check_moe_experts(16, 4096, 2048, 12, 8, BF16, FP8, 128, false);   /* device path at its row limit */
-    check_moe_rows_invariant(16, 4096, 512, 10, 8, FP8, 128);    /* 128 slots on 10 experts: 12-13 rows each */
-    check_moe_rows_invariant(5, 256, 128, 4, 3, BF16, 0);
+    check_moe_rows_invariant(16, 4096, 512, 10, 8, FP8, 128, 1);    /* 128 slots on 10 experts: 12-13 rows each */
+    check_moe_rows_invariant(5, 256, 128, 4, 3, BF16, 0, 1);
     check_moe_experts(5, 64, 32, 8, 2, F32, F32, 0, true);
     check_moe_experts(40, 130, 48, 6, 3, BF16, FP8, 16, false);
     check_moe_experts(40, 130, 48, 6, 3, F32, FP8, 16, false);
@@ -1724,6 +1728,14 @@ static void group_moe(void) {
     check_moe_experts(33, 4096, 2048, 12, 8, BF16, FP8, 128, false);
     check_moe_experts_held(3, 130, 48, 8, 3, BF16, FP8, 16, false, 2, 3);    /* expert parallel, device path */
     check_moe_experts_held(40, 130, 48, 8, 3, F32, FP8, 16, false, 4, 4);    /* expert parallel, grouped path */
+    /* The device-grouped path (GLM53_CUDA_GROUPED_EXPERTS, on here): BF16 x, D and F multiples of 64. */
+    check_moe_experts(300, 256, 128, 16, 8, BF16, FP8, 128, true);   /* 150 rows an expert: m-tiles 64 + 64 + 22 */
+    check_moe_experts(130, 256, 128, 8, 4, BF16, FP8, 16, false);    /* 16 x 16 scale blocks: a scale per n8 tile */
+    check_moe_experts(200, 320, 192, 6, 3, BF16, BF16, 0, false);    /* BF16 experts; D 320: down's last tile half past D */
+    check_moe_experts(64, 4096, 2048, 16, 8, BF16, FP8, 128, false); /* the real D and width */
+    check_moe_experts_held(40, 128, 64, 8, 3, BF16, FP8, 16, false, 2, 3);   /* expert parallel */
+    check_moe_rows_invariant(72, 256, 128, 6, 4, FP8, 128, 24);
+    check_moe_rows_invariant(72, 128, 192, 5, 3, BF16, 0, 24);
 }
 
 typedef struct {
@@ -2005,8 +2017,10 @@ int main(int argc, char **argv) {
         }
     }
 
-    /* The fused KDA op is off by default in the backend (docs/cuda.md, decode-path switches); its check needs it. */
+    /* The fused KDA op and the device-grouped experts are off by default in the backend (docs/cuda.md, performance
+     * switches); their checks need them. */
     setenv("GLM53_CUDA_KDA_SEQUENCES", "1", 0);
+    setenv("GLM53_CUDA_GROUPED_EXPERTS", "1", 0);
     glm53_status st = self_test ? glm53_backend_cpu_create(0, &gpu) : glm53_backend_cuda_create(0, &gpu);
     if (st != GLM53_OK) {
         printf("cannot create the CUDA backend: %s\ncuda ops: 0 passed, 1 failed\n", glm53_last_error());

@@ -2,23 +2,24 @@
 # The decode path's switches side by side on the H200 (issue 16), with the checks that must hold first. The
 # switches (docs/cuda.md "Decode-path switches"; each read at backend creation, "1" on, "0" off): GLM53_CUDA_GEMV_STREAM (the streaming tensor-core GEMV, the multi-weight
 # launches and the streaming decode experts), GLM53_CUDA_PDL (programmatic dependent launch),
-# GLM53_CUDA_KDA_SEQUENCES (the fused KDA op).
+# GLM53_CUDA_KDA_SEQUENCES (the fused KDA op), GLM53_CUDA_GROUPED_EXPERTS (prefill experts grouped on the device).
 #   1. test_cuda_ops' groups of the changed kernels against the CPU ops; the fixtures on CUDA (BF16) against the
 #      float64 logits; test_cuda_graph (eager step against its replayed graph) on the fixtures;
 #   2. greedy token ids of the bundled model and its FP8 copy with every switch off and on: must be equal;
 #   3. the flash slice (make_bench_model.py --layers flash --mtp): decode step at context 2048, batch 1 with the
 #      switches added one at a time, batch 8 all off and all on, context 8192 all on (profile_step: eager, graph
 #      replay and the per-kernel table into $OUT);
-#   4. prefill of the flash slice (issue 17), switches all off: 2048 tokens one-shot and in chunks of 512, 8192
-#      one-shot and in chunks of 2048 and 512, and the per-kernel table of the one-shot 8192 (PREFILL=0 skips it);
+#   4. prefill of the flash slice (issue 17), switches all off and all on: 2048 tokens one-shot and in chunks of
+#      512, 8192 one-shot and in chunks of 2048 and 512, and the per-kernel tables of the one-shot 8192 (PREFILL=0
+#      skips it);
 #   5. bench_gemv --quick: every GEMV version at the real projection shapes, M = 1, 4, 16 (version 5, the
 #      streaming form, must give version 4's bits: "same-v4"; the M = 1 rows are printed).
 # Run there from the project root, carrying .h200 (tests/cuda/h200/pack.sh) and .debs. GEMV=0 skips step 5;
 # CHECK_ONLY=1 stops after step 2; QUICK=1 skips the fixtures and runs only the batch-1 profiles off, stream + fused KDA, and all on (and batch 8).
 set -u
 . tests/cuda/h200/setup.sh
-off="GLM53_CUDA_GEMV_STREAM=0 GLM53_CUDA_PDL=0 GLM53_CUDA_KDA_SEQUENCES=0"
-on="GLM53_CUDA_GEMV_STREAM=1 GLM53_CUDA_PDL=1 GLM53_CUDA_KDA_SEQUENCES=1"
+off="GLM53_CUDA_GEMV_STREAM=0 GLM53_CUDA_PDL=0 GLM53_CUDA_KDA_SEQUENCES=0 GLM53_CUDA_GROUPED_EXPERTS=0"
+on="GLM53_CUDA_GEMV_STREAM=1 GLM53_CUDA_PDL=1 GLM53_CUDA_KDA_SEQUENCES=1 GLM53_CUDA_GROUPED_EXPERTS=1"
 env $on TEST=/tmp/hb/test_cuda_ops RUN_TIMEOUT=${RUN_TIMEOUT:-150} GROUP_TIMEOUT=${GROUP_TIMEOUT:-40} tests/cuda/run.sh --only matmul,norm,elementwise,mhc,kda,moe --no-bench > $o/cuda_ops.log 2>&1
 el "cuda ops rc=$?"; grep -E "FAIL|cuda ops:" $o/cuda_ops.log | tail -n 12
 if [ -z "${QUICK:-}" ]; then
@@ -58,10 +59,13 @@ prof b1_all 1 2048 $on
 prof b8_off 8 2048 $off
 prof b8_all 8 2048 $on
 if [ "${PREFILL:-1}" = 1 ]; then
-  env $off timeout 100 /tmp/hb/profile_step /tmp/flash --prefill 2048 --chunks 2048,512 --steps 3 > $o/prefill_2048.txt 2>&1
-  env $off timeout 200 /tmp/hb/profile_step /tmp/flash --prefill 8192 --chunks 8192,2048,512 --steps 2 > $o/prefill_8192.txt 2>&1
-  el "prefill rc=$?"; grep -hE "^prefill|failed" $o/prefill_2048.txt $o/prefill_8192.txt
-  sed -n '/^per kernel/,/^total/p' $o/prefill_8192.txt | head -32
+  for pf in off on; do
+    env ${!pf} timeout 100 /tmp/hb/profile_step /tmp/flash --prefill 2048 --chunks 2048,512 --steps 3 > $o/prefill_2048_$pf.txt 2>&1
+    env ${!pf} timeout 200 /tmp/hb/profile_step /tmp/flash --prefill 8192 --chunks 8192,2048,512 --steps 2 > $o/prefill_8192_$pf.txt 2>&1
+    el "prefill, switches $pf: rc=$?"; grep -hE "^prefill|failed" $o/prefill_2048_$pf.txt $o/prefill_8192_$pf.txt
+  done
+  sed -n '/^per kernel/,/^total/p' $o/prefill_8192_off.txt | head -24
+  sed -n '/^per kernel/,/^total/p' $o/prefill_8192_on.txt | head -24
 fi
 if [ "${GEMV:-1}" = 1 ]; then
   timeout 150 /tmp/hb/bench_gemv --quick > $o/bench_gemv.txt 2>&1; el "bench_gemv rc=$?"
