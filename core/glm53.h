@@ -70,7 +70,7 @@
 /* The version of the binary interface below: bumped whenever a struct layout, an enum value or a signature of
  * the API region changes. The Lua package checks glm53_abi_version() against the version its cdef was generated
  * from, so a stale libglm53.so is refused at load instead of corrupting memory. */
-#define GLM53_ABI_VERSION 5
+#define GLM53_ABI_VERSION 6
 
 #ifdef __cplusplus
 extern "C" {
@@ -330,12 +330,24 @@ typedef struct glm53_batch {
     const uint8_t  *want_output;    /* NULL: the last row of each sequence; else [total rows] flags */
 } glm53_batch;
 
-/* Outputs for the requested rows, in row order. The caller owns the buffers. */
+/* Outputs for the requested rows, in row order. The caller owns the buffers.
+ *
+ * top_k > 0 asks for each row's top_k largest logits, chosen where the logits are (on the GPU with CUDA):
+ * ids [0, top_n_valid) compete (<= 0 or >= vocab_size: every id; GLM-5.3's tokenizer ends at 154856 of 154880
+ * rows), descending, the lower id first on equal values, NaN after every number. top_k = 1 is greedy decoding
+ * (the id glm53_argmax_f32 gives over the valid ids): with logits NULL a step then copies 4 bytes a row to the
+ * host instead of the vocabulary-wide row (620 KB at GLM-5.3's vocabulary). Larger top_k hands a Lua policy or
+ * a host-side filter its candidates. */
+enum { GLM53_MAX_TOP_K = 64 };
 typedef struct glm53_step_output {
-    float  *logits;                 /* NULL, or host [capacity, vocab_size] */
-    float  *hidden;                 /* NULL, or host [capacity, hidden_size]: final-normed hidden (MTP input) */
-    int32_t capacity;               /* rows the buffers hold */
-    int32_t n_out;                  /* set by the step: rows written */
+    float   *logits;                /* NULL, or host [capacity, vocab_size] */
+    float   *hidden;                /* NULL, or host [capacity, hidden_size]: final-normed hidden (MTP input) */
+    int32_t  capacity;              /* rows the buffers hold */
+    int32_t  n_out;                 /* set by the step: rows written */
+    int32_t  top_k;                 /* 0: none; 1 .. GLM53_MAX_TOP_K */
+    int32_t  top_n_valid;           /* ids >= this never compete; <= 0: every id */
+    int32_t *top_ids;               /* host [capacity, top_k] when top_k > 0 */
+    float   *top_logits;            /* NULL, or host [capacity, top_k]: their logits */
 } glm53_step_output;
 
 GLM53_API glm53_status glm53_model_step(glm53_model *model, const glm53_batch *batch, glm53_step_output *out);

@@ -194,10 +194,11 @@ struct glm53_backend_ops {
                                    const glm53_tensor *w_gate, const glm53_tensor *w_up, float limit);
 
     /* === gather: selection and indexing (gather.c / gather.cu) ================================================ */
-    /* Per row of x[M,N] (F32): the k largest values, descending; ties go to the lower index; NaN never wins.
-     * vals[M,k] F32, idx[M,k] I32. k <= N. */
+    /* Per row of x[M,N] (F32): the k largest values among columns [0, n_valid) (n_valid <= 0 or >= N: all N),
+     * descending; ties go to the lower index; NaN never wins. vals[M,k] F32, idx[M,k] I32. k <= the columns
+     * that compete. The step's top-k outputs (glm53_step_output.top_k) use it on the logits. */
     glm53_status (*topk)(glm53_backend *be, glm53_tensor *vals, glm53_tensor *idx, const glm53_tensor *x,
-                         int32_t k);
+                         int32_t k, int64_t n_valid);
     /* y[M,D] = table[ids[m]] (embedding lookup, cache reads). table: any weight dtype or an activation; ids I32
      * [M], each in [0, V). */
     glm53_status (*gather_rows)(glm53_backend *be, glm53_tensor *y, const glm53_tensor *table,

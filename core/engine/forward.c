@@ -51,9 +51,15 @@ void head_outputs(step_ctx *sc, const glm53_tensor *h) {
         sc->hidden_out = NEW(GLM53_F32, 2, sc->n_out, c->hidden_size, 0);
         OP(be->ops->copy(be, sc->hidden_out, h));
     }
-    if (sc->want_logits) {
-        sc->logits_out = NEW(GLM53_F32, 2, sc->n_out, c->vocab_size, 0);
-        OP(be->ops->matmul(be, sc->logits_out, h, &sc->rank->lm_head));
+    if (sc->want_logits || sc->top_k > 0) {
+        glm53_tensor *logits = NEW(GLM53_F32, 2, sc->n_out, c->vocab_size, 0);
+        OP(be->ops->matmul(be, logits, h, &sc->rank->lm_head));
+        if (sc->want_logits) sc->logits_out = logits;
+        if (sc->top_k > 0) {   /* chosen next to the logits: only top_k ids (and values) a row travel */
+            sc->top_ids_out = NEW(GLM53_I32, 2, sc->n_out, sc->top_k, 0);
+            sc->top_logits_out = NEW(GLM53_F32, 2, sc->n_out, sc->top_k, 0);
+            OP(be->ops->topk(be, sc->top_logits_out, sc->top_ids_out, logits, sc->top_k, sc->top_n_valid));
+        }
     }
 }
 
@@ -108,7 +114,7 @@ void forward_main(step_ctx *sc) {
         trace(sc, l, "ffn_H", H);
         glm53_plan_reset(sc->plan, mark);
     }
-    if (sc->st != GLM53_OK || sc->n_out == 0 || !(sc->want_logits || sc->want_hidden)) return;
+    if (sc->st != GLM53_OK || !wants_outputs(sc)) return;
 
     /* Outputs: the final collapse, norm and head for the requested rows only. */
     glm53_tensor Hflat = glm53_tensor_reshape(H, 2, N, S * D, 0);

@@ -50,11 +50,20 @@ typedef struct {
     glm53_tensor    *hidden_in;    /* MTP: [N, D] F32 the hidden each row consumes */
     glm53_tensor    *even_rows, *odd_rows;   /* MTP: [N] I32 0, 2, 4, ... and 1, 3, 5, ...: the halves of a row pair */
     bool             want_logits, want_hidden;
+    int32_t          top_k;        /* 0, or the rows' top-k outputs (glm53_step_output.top_k) */
+    int64_t          top_n_valid;
     bool             have_selection;   /* a full indexer ran in this step: the slices' idx hold its selection */
     /* outputs the graph leaves in the scratch for the step driver to read */
     glm53_tensor    *logits_out;   /* [n_out, V] F32 */
     glm53_tensor    *hidden_out;   /* [n_out, D] F32 */
+    glm53_tensor    *top_ids_out;  /* [n_out, top_k] I32 */
+    glm53_tensor    *top_logits_out;   /* [n_out, top_k] F32 */
 } step_ctx;
+
+/* Whether the pass has outputs to compute (the head is skipped otherwise). */
+static inline bool wants_outputs(const step_ctx *sc) {
+    return sc->n_out > 0 && (sc->want_logits || sc->want_hidden || sc->top_k > 0);
+}
 
 #define NEW(dtype, ndim, d0, d1, d2) glm53_plan_tensor(sc->plan, &sc->st, (dtype), (ndim), (d0), (d1), (d2))
 #define OP(call)                                   \
@@ -113,7 +122,8 @@ void matmuls_of_x(step_ctx *sc, glm53_tensor *const *y, const glm53_tensor *x, c
 /* forward.c: the whole main model over the batch rows; and the shared pieces of every forward. */
 void forward_main(step_ctx *sc);
 glm53_tensor *embed_rows(step_ctx *sc);   /* E[N, D] */
-/* Final-normed hidden rows h[n_out, D] -> sc->logits_out / sc->hidden_out (F32). */
+/* Final-normed hidden rows h[n_out, D] -> sc->logits_out / sc->hidden_out (F32), sc->top_ids_out /
+ * top_logits_out (the top-k of the logits over the valid ids). */
 void head_outputs(step_ctx *sc, const glm53_tensor *h);
 
 /* mtp.c: MTP layer `mtp_layer` over the batch rows, consuming sc->hidden_in. */

@@ -58,7 +58,7 @@ void mtp_forward(step_ctx *sc, int32_t mtp_layer) {
     if (sc->st == GLM53_OK) moe_forward(sc, &w->block.moe, u, y);
     all_reduce(sc, y, GLM53_COMM_WORLD);
     OP(be->ops->binary(be, z, z, y, GLM53_BINARY_ADD));
-    if (sc->st != GLM53_OK || sc->n_out == 0 || !(sc->want_logits || sc->want_hidden)) return;
+    if (sc->st != GLM53_OK || !wants_outputs(sc)) return;
     glm53_tensor *zo = NEW(sc->act, 2, sc->n_out, D, 0), *ho = NEW(sc->act, 2, sc->n_out, D, 0);
     OP(be->ops->gather_rows(be, zo, z, sc->out_rows));
     OP(be->ops->rmsnorm(be, ho, zo, &w->head_norm, eps));

@@ -73,7 +73,17 @@ static glm53_status validate(glm53_model *m, const step_request *rq, int64_t *to
         if (b->want_output) wanted += b->want_output[r] != 0;
     }
     if (!b->want_output) wanted = b->n_seqs;
-    if (wanted > 0 && (rq->out->logits || rq->out->hidden) && rq->out->capacity < wanted)
+    const glm53_step_output *o = rq->out;
+    if (o->top_k < 0 || o->top_k > GLM53_MAX_TOP_K)
+        return GLM53_FAIL(GLM53_ERR_OUT_OF_RANGE, "model_step: top_k %d is outside [0, %d]", o->top_k,
+                          GLM53_MAX_TOP_K);
+    int64_t n_valid = o->top_n_valid <= 0 || o->top_n_valid > c->vocab_size ? c->vocab_size : o->top_n_valid;
+    if (o->top_k > n_valid)
+        return GLM53_FAIL(GLM53_ERR_OUT_OF_RANGE, "model_step: top_k %d of %lld valid ids", o->top_k,
+                          (long long)n_valid);
+    if (o->top_k > 0 && !o->top_ids)
+        return GLM53_FAIL(GLM53_ERR_INVALID_ARG, "model_step: top_k %d asked for without top_ids", o->top_k);
+    if (wanted > 0 && (o->logits || o->hidden || o->top_k > 0) && o->capacity < wanted)
         return GLM53_FAIL(GLM53_ERR_INVALID_ARG, "model_step: %lld output rows asked for, buffers hold %d",
                           (long long)wanted, rq->out->capacity);
     *total = rows;
@@ -145,7 +155,8 @@ static glm53_status prepare_pass(step_ctx *sc, glm53_rank *rk, const step_reques
 
     *sc = (step_ctx){.m = m, .rank = rk, .be = rk->be, .plan = plan, .slices = slices, .n_seqs = n, .N = N,
                      .act = rk->be->act_dtype, .st = GLM53_OK, .n_out = n_out,
-                     .want_logits = rq->out->logits != NULL, .want_hidden = rq->out->hidden != NULL};
+                     .want_logits = rq->out->logits != NULL, .want_hidden = rq->out->hidden != NULL,
+                     .top_k = rq->out->top_k, .top_n_valid = rq->out->top_n_valid};
     glm53_status *st = &sc->st;
     size_t at;
 
@@ -255,7 +266,11 @@ static glm53_status finish_pass(glm53_model *m, step_ctx *ctx, const step_reques
         st = be->ops->download(be, rq->out->logits + out_row0 * c->vocab_size, sc->logits_out);
     if (st == GLM53_OK && sc->hidden_out)
         st = be->ops->download(be, rq->out->hidden + out_row0 * c->hidden_size, sc->hidden_out);
-    if (st == GLM53_OK && !sc->logits_out && !sc->hidden_out) st = be->ops->sync(be);
+    if (st == GLM53_OK && sc->top_ids_out)
+        st = be->ops->download(be, rq->out->top_ids + out_row0 * sc->top_k, sc->top_ids_out);
+    if (st == GLM53_OK && sc->top_logits_out && rq->out->top_logits)
+        st = be->ops->download(be, rq->out->top_logits + out_row0 * sc->top_k, sc->top_logits_out);
+    if (st == GLM53_OK && !sc->logits_out && !sc->hidden_out && !sc->top_ids_out) st = be->ops->sync(be);
     for (int32_t r = 1; r < m->n_ranks; r++) {
         glm53_backend *other = m->ranks[r].be;
         glm53_status synced = other->ops->sync(other);
@@ -403,7 +418,9 @@ struct glm53_step_graph {
     glm53_seq   **seqs;           /* the batch's sequences and the lengths they held */
     int64_t      *lengths;
     int64_t       n_rows, n_out;
-    glm53_tensor  logits, hidden; /* rank 0's outputs in its scratch (data NULL: not asked for) */
+    glm53_tensor  logits, hidden, top_ids, top_logits;   /* rank 0's outputs in its scratch (data NULL: not asked for) */
+    int32_t       top_k;          /* and the top-k the capture computes */
+    int32_t       top_n_valid;
 };
 
 void glm53_step_graph_free(glm53_model *m, glm53_step_graph *g) {
@@ -438,16 +455,26 @@ static glm53_status rank_graph_launch(glm53_rank *rk, const pass_job *job) {
     return rk->be->ops->graph_launch(rk->be, job->replay->graphs[rk->index]);
 }
 
-glm53_status glm53_step_capture(glm53_model *m, const glm53_batch *b, glm53_step_graph **out) {
+glm53_status glm53_step_capture(glm53_model *m, const glm53_batch *b, const glm53_step_output *outputs,
+                                glm53_step_graph **out) {
     if (!m || !out) return GLM53_FAIL(GLM53_ERR_INVALID_ARG, "step_capture: model and out are required");
     *out = NULL;
     glm53_backend *be0 = m->ranks[0].be;
     if (!be0->ops->capture_begin)
         return GLM53_FAIL(GLM53_ERR_UNSUPPORTED, "step_capture: the %s backend cannot capture", be0->ops->name);
     if (m->trace_dir) return GLM53_FAIL(GLM53_ERR_UNSUPPORTED, "step_capture: a traced step waits for the device");
-    /* Outputs land in the scratch; the replay downloads them into its own buffers. */
-    float probe_logits, probe_hidden;
-    glm53_step_output shape = {.logits = &probe_logits, .hidden = &probe_hidden, .capacity = INT32_MAX};
+    /* Outputs land in the scratch; the replay downloads them into its own buffers. Only whether each output is
+     * asked for matters here (the capture writes no host buffer): the probes stand in for the caller's. */
+    float probe_f;
+    int32_t probe_i;
+    glm53_step_output shape = {.logits = &probe_f, .hidden = &probe_f, .capacity = INT32_MAX};
+    if (outputs) {
+        shape = (glm53_step_output){.logits = outputs->logits ? &probe_f : NULL,
+                                    .hidden = outputs->hidden ? &probe_f : NULL, .capacity = INT32_MAX,
+                                    .top_k = outputs->top_k, .top_n_valid = outputs->top_n_valid,
+                                    .top_ids = outputs->top_k > 0 ? &probe_i : NULL,
+                                    .top_logits = outputs->top_logits ? &probe_f : NULL};
+    }
     step_request rq = {.mtp_layer = -1, .batch = b, .out = &shape};
     GLM53_TRY(step_enter(m, b, "step_capture"));
     int64_t total = 0, *starts = NULL;
@@ -483,6 +510,9 @@ glm53_status glm53_step_capture(glm53_model *m, const glm53_batch *b, glm53_step
     g->n_out = ctx[0].n_out;
     if (ctx[0].logits_out) g->logits = *ctx[0].logits_out;
     if (ctx[0].hidden_out) g->hidden = *ctx[0].hidden_out;
+    if (ctx[0].top_ids_out) g->top_ids = *ctx[0].top_ids_out, g->top_logits = *ctx[0].top_logits_out;
+    g->top_k = shape.top_k;
+    g->top_n_valid = shape.top_n_valid;
     *out = g;
     return GLM53_OK;
 }
@@ -494,7 +524,8 @@ glm53_status glm53_step_replay(glm53_model *m, glm53_step_graph *g, const glm53_
     int64_t total = 0, *starts = NULL;
     glm53_status st = validate(m, &rq, &total);
     if (st == GLM53_OK) st = check_replay(m, g, b);
-    if (st == GLM53_OK && (total != g->n_rows || (out->logits && !g->logits.data) || (out->hidden && !g->hidden.data)))
+    if (st == GLM53_OK && (total != g->n_rows || (out->logits && !g->logits.data) || (out->hidden && !g->hidden.data) ||
+                           out->top_k != g->top_k || (out->top_k && out->top_n_valid != g->top_n_valid)))
         st = GLM53_FAIL(GLM53_ERR_INVALID_ARG, "step_replay: rows or outputs differ from the captured step's");
     if (st == GLM53_OK) st = seq_starts(&m->ranks[0].plan, b, &starts);
     step_ctx ctx[GLM53_MAX_RANKS];
@@ -507,6 +538,8 @@ glm53_status glm53_step_replay(glm53_model *m, glm53_step_graph *g, const glm53_
     if (ctx[0].slices) {
         ctx[0].logits_out = out->logits ? &g->logits : NULL;
         ctx[0].hidden_out = out->hidden ? &g->hidden : NULL;
+        ctx[0].top_ids_out = out->top_k > 0 ? &g->top_ids : NULL;
+        ctx[0].top_logits_out = out->top_k > 0 ? &g->top_logits : NULL;
         st = finish_pass(m, ctx, &rq, st, 0);
     }
     if (st == GLM53_OK) out->n_out = (int32_t)g->n_out;

@@ -371,7 +371,8 @@ void cpu_swiglu_n(float *y, const float *gate, const float *up, int64_t n, float
 
 glm53_status cpu_conv1d_causal(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x, const glm53_tensor *w);
 
-glm53_status cpu_topk(glm53_backend *be, glm53_tensor *vals, glm53_tensor *idx, const glm53_tensor *x, int32_t k);
+glm53_status cpu_topk(glm53_backend *be, glm53_tensor *vals, glm53_tensor *idx, const glm53_tensor *x, int32_t k,
+                      int64_t n_valid);
 glm53_status cpu_gather_rows(glm53_backend *be, glm53_tensor *y, const glm53_tensor *table,
                              const glm53_tensor *ids);
 glm53_status cpu_scatter_rows(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x, const glm53_tensor *ids);

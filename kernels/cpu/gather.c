@@ -40,7 +40,8 @@ typedef struct topk_job {
     float       *vals;   /* [M, k] */
     int32_t     *idx;    /* [M, k] */
     const float *x;      /* [M, N] */
-    int64_t      n;
+    int64_t      n;      /* row stride */
+    int64_t      n_valid;   /* columns that compete */
     int32_t      k;
 } topk_job;
 
@@ -53,7 +54,7 @@ static void topk_rows(void *ctx, int64_t begin, int64_t end) {
         int32_t *idx = job->idx + r * k;
         for (int32_t i = 0; i < k; i++) vals[i] = x[i], idx[i] = i;
         for (int32_t node = k / 2 - 1; node >= 0; node--) topk_sift_down(vals, idx, k, node);
-        for (int64_t i = k; i < job->n; i++) {
+        for (int64_t i = k; i < job->n_valid; i++) {
             if (!topk_better(x[i], (int32_t)i, vals[0], idx[0])) continue;
             vals[0] = x[i], idx[0] = (int32_t)i;
             topk_sift_down(vals, idx, k, 0);
@@ -69,15 +70,18 @@ static void topk_rows(void *ctx, int64_t begin, int64_t end) {
     }
 }
 
-/* vals[M,k] F32, idx[M,k] I32 = the k largest of each row of x[M,N], descending; 1 <= k <= N. */
-glm53_status cpu_topk(glm53_backend *be, glm53_tensor *vals, glm53_tensor *idx, const glm53_tensor *x, int32_t k) {
+/* vals[M,k] F32, idx[M,k] I32 = the k largest of columns [0, n_valid) of each row of x[M,N], descending;
+ * 1 <= k <= n_valid (n_valid <= 0 or > N: N). */
+glm53_status cpu_topk(glm53_backend *be, glm53_tensor *vals, glm53_tensor *idx, const glm53_tensor *x, int32_t k,
+                      int64_t n_valid) {
     assert(cpu_is_f32(x) && cpu_is_f32(vals));
     assert(idx->dtype == GLM53_I32 && idx->data && glm53_tensor_is_contiguous(idx));
     int64_t M = glm53_tensor_rows(x), N = cpu_cols(x);
-    assert(k >= 1 && k <= N && N <= INT32_MAX);
+    if (n_valid <= 0 || n_valid > N) n_valid = N;
+    assert(k >= 1 && k <= n_valid && N <= INT32_MAX);
     assert(glm53_tensor_numel(vals) == M * k && glm53_tensor_numel(idx) == M * k);
-    topk_job job = {.vals = vals->data, .idx = idx->data, .x = x->data, .n = N, .k = k};
-    cpu_parallel_for(be, M, 4 * N, topk_rows, &job);
+    topk_job job = {.vals = vals->data, .idx = idx->data, .x = x->data, .n = N, .n_valid = n_valid, .k = k};
+    cpu_parallel_for(be, M, 4 * n_valid, topk_rows, &job);
     return GLM53_OK;
 }
 

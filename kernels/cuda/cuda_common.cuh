@@ -399,8 +399,8 @@ glm53_status cuda_swiglu(glm53_backend *be, glm53_tensor *y, const glm53_tensor 
                          float limit);
 glm53_status cuda_conv1d_causal(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x, const glm53_tensor *w);
 
-glm53_status cuda_topk(glm53_backend *be, glm53_tensor *vals, glm53_tensor *idx, const glm53_tensor *x,
-                       int32_t k);
+glm53_status cuda_topk(glm53_backend *be, glm53_tensor *vals, glm53_tensor *idx, const glm53_tensor *x, int32_t k,
+                       int64_t n_valid);
 glm53_status cuda_gather_rows(glm53_backend *be, glm53_tensor *y, const glm53_tensor *table,
                               const glm53_tensor *ids);
 glm53_status cuda_scatter_rows(glm53_backend *be, glm53_tensor *y, const glm53_tensor *x, const glm53_tensor *ids);

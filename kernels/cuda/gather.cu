@@ -58,14 +58,14 @@ __device__ topk_item topk_block_pick(topk_item item) {
     return best;
 }
 
-/* vals[M,k], idx[M,k] from x[M,N]; grid: one block per row. */
+/* vals[M,k], idx[M,k] from columns [0, n_valid) of x[M,N]; grid: one block per row. */
 __global__ void __launch_bounds__(TOPK_THREADS) topk_kernel(float *vals, int32_t *idx, const float *x, int64_t N,
-                                                            int32_t k) {
+                                                            int64_t n_valid, int32_t k) {
     const float *row = x + (int64_t)blockIdx.x * N;
     topk_item prev = {0.0f, -1};
     for (int32_t r = 0; r < k; r++) {
         topk_item best = {0.0f, -1};
-        for (int64_t i = threadIdx.x; i < N; i += blockDim.x) {
+        for (int64_t i = threadIdx.x; i < n_valid; i += blockDim.x) {
             float v = row[i];
             if (prev.index >= 0 && !topk_better(prev.value, prev.index, v, (int32_t)i)) continue;
             best = topk_pick(best, topk_item{v, (int32_t)i});
@@ -79,18 +79,19 @@ __global__ void __launch_bounds__(TOPK_THREADS) topk_kernel(float *vals, int32_t
     }
 }
 
-glm53_status cuda_topk(glm53_backend *be, glm53_tensor *vals, glm53_tensor *idx, const glm53_tensor *x,
-                       int32_t k) {
+glm53_status cuda_topk(glm53_backend *be, glm53_tensor *vals, glm53_tensor *idx, const glm53_tensor *x, int32_t k,
+                       int64_t n_valid) {
     cuda_backend *cb = cuda_impl(be);
     assert(cuda_is_act(x) && x->dtype == GLM53_F32 && cuda_is_act(vals) && vals->dtype == GLM53_F32);
     assert(idx->dtype == GLM53_I32 && idx->data && idx->device == GLM53_DEVICE_CUDA);
     int64_t M = glm53_tensor_rows(x), N = cuda_cols(x);
-    assert(k >= 1 && k <= N && N <= INT32_MAX && M <= INT32_MAX);
+    if (n_valid <= 0 || n_valid > N) n_valid = N;
+    assert(k >= 1 && k <= n_valid && N <= INT32_MAX && M <= INT32_MAX);
     assert(glm53_tensor_numel(vals) == M * k && glm53_tensor_numel(idx) == M * k);
     GLM53_TRY(cuda_enter(cb));
     if (M == 0) return GLM53_OK;
     topk_kernel<<<(unsigned)M, TOPK_THREADS, 0, cb->stream>>>((float *)vals->data, (int32_t *)idx->data,
-                                                              (const float *)x->data, N, k);
+                                                              (const float *)x->data, N, n_valid, k);
     CUDA_LAUNCHED("topk");
     return GLM53_OK;
 }

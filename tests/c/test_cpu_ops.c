@@ -719,51 +719,55 @@ static bool ranks_before(float va, int64_t ia, float vb, int64_t ib) {
 
 static void test_topk(void) {
     static const int64_t widths[] = {1, 5, 33, 130, 300};
-    TEST_CASE("topk: descending, ties to the lower index, NaN never wins") {
+    TEST_CASE("topk: descending, ties to the lower index, NaN never wins, columns past n_valid never compete") {
         for (int im = 0; im < 3; im++)
             for (int in = 0; in < 5; in++)
                 for (int ik = 0; ik < 4; ik++)
-                    for (int b = 0; b < N_BACKENDS; b++) {
-                        int64_t M = ROWS[im] * 7, N = widths[in];
-                        int32_t ks[] = {1, 2, 8, (int32_t)N};
-                        int32_t k = ks[ik] < N ? ks[ik] : (int32_t)N;
-                        glm53_tensor x = new_mat(GLM53_F32, M, N);
-                        glm53_tensor vals = new_mat(GLM53_F32, M, k), idx = new_mat(GLM53_I32, M, k);
-                        for (int64_t m = 0; m < M; m++) {
-                            float *xr = f32(&x) + m * N;
-                            for (int64_t i = 0; i < N; i++) xr[i] = test_normal();
-                            /* planted: duplicates of the row maximum and of a middle value, and NaNs */
-                            if (N >= 5) {
-                                float top = 10.0f + (float)(test_next() % 3);
-                                xr[N - 1] = top, xr[N / 2] = top, xr[1] = top;
-                                xr[N / 3] = xr[N - 2] = 0.25f;
-                                xr[0] = NAN;
-                                xr[N / 4 + 1] = NAN;
+                    for (int iv = 0; iv < 2; iv++)
+                        for (int b = 0; b < N_BACKENDS; b++) {
+                            int64_t M = ROWS[im] * 7, N = widths[in];
+                            /* iv 1: the last two columns are padding (they hold the planted maximum) */
+                            int64_t nv = iv && N >= 5 ? N - 2 : N;
+                            int32_t ks[] = {1, 2, 8, (int32_t)nv};
+                            int32_t k = ks[ik] < nv ? ks[ik] : (int32_t)nv;
+                            glm53_tensor x = new_mat(GLM53_F32, M, N);
+                            glm53_tensor vals = new_mat(GLM53_F32, M, k), idx = new_mat(GLM53_I32, M, k);
+                            for (int64_t m = 0; m < M; m++) {
+                                float *xr = f32(&x) + m * N;
+                                for (int64_t i = 0; i < N; i++) xr[i] = test_normal();
+                                /* planted: duplicates of the row maximum and of a middle value, and NaNs */
+                                if (N >= 5) {
+                                    float top = 10.0f + (float)(test_next() % 3);
+                                    xr[N - 1] = top, xr[N / 2] = top, xr[1] = top;
+                                    xr[N / 3] = xr[N - 2] = 0.25f;
+                                    xr[0] = NAN;
+                                    xr[N / 4 + 1] = NAN;
+                                }
                             }
-                        }
-                        poison(&vals);
-                        for (int64_t i = 0; i < M * k; i++) ((int32_t *)idx.data)[i] = -1;
-                        glm53_status st = backends[b]->ops->topk(backends[b], &vals, &idx, &x, k);
-                        int wrong = st != GLM53_OK;
-                        for (int64_t m = 0; m < M && !wrong; m++) {
-                            const float *xr = f32(&x) + m * N;
-                            bool *taken = calloc((size_t)N, 1);
-                            for (int32_t j = 0; j < k; j++) {
-                                int64_t best = -1;
-                                for (int64_t i = 0; i < N; i++)
-                                    if (!taken[i] && (best < 0 || ranks_before(xr[i], i, xr[best], best))) best = i;
-                                taken[best] = true;
-                                int32_t gi = ((int32_t *)idx.data)[m * k + j];
-                                float gv = f32(&vals)[m * k + j];
-                                bool same_val = isnan(xr[best]) ? isnan(gv) : gv == xr[best];
-                                if (gi != best || !same_val) wrong++;
-                                if (N >= 5 && j < N - 2 && isnan(gv)) wrong++;   /* NaN chosen over a number */
+                            poison(&vals);
+                            for (int64_t i = 0; i < M * k; i++) ((int32_t *)idx.data)[i] = -1;
+                            glm53_status st = backends[b]->ops->topk(backends[b], &vals, &idx, &x, k, iv ? nv : 0);
+                            int wrong = st != GLM53_OK;
+                            for (int64_t m = 0; m < M && !wrong; m++) {
+                                const float *xr = f32(&x) + m * N;
+                                bool *taken = calloc((size_t)N, 1);
+                                for (int32_t j = 0; j < k; j++) {
+                                    int64_t best = -1;
+                                    for (int64_t i = 0; i < nv; i++)
+                                        if (!taken[i] && (best < 0 || ranks_before(xr[i], i, xr[best], best))) best = i;
+                                    taken[best] = true;
+                                    int32_t gi = ((int32_t *)idx.data)[m * k + j];
+                                    float gv = f32(&vals)[m * k + j];
+                                    bool same_val = isnan(xr[best]) ? isnan(gv) : gv == xr[best];
+                                    if (gi != best || !same_val) wrong++;
+                                    if (N >= 5 && j < nv - 2 && isnan(gv)) wrong++;   /* NaN chosen over a number */
+                                }
+                                free(taken);
                             }
-                            free(taken);
+                            CHECK(!wrong, "M %lld N %lld n_valid %lld k %d, %d threads", (long long)M, (long long)N,
+                                  (long long)nv, k, b + 1);
+                            free(x.data), free(vals.data), free(idx.data);
                         }
-                        CHECK(!wrong, "M %lld N %lld k %d, %d threads", (long long)M, (long long)N, k, b + 1);
-                        free(x.data), free(vals.data), free(idx.data);
-                    }
     }
 }
 

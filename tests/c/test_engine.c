@@ -1,12 +1,13 @@
 /*
  * test_engine.c - the engine's machinery beyond the numbers: weight placement by shard spec, the step plan's
- * steady state (no growth, the same addresses), steps split into passes, and the async worker. Runs on the CPU
+ * steady state (no growth, the same addresses), steps split into passes, the step's top-k outputs, and the async
+ * worker. Runs on the CPU
  * backend (here and under AddressSanitizer); the CUDA side of the plan (no cudaMalloc, no host wait, capture and
  * replay) is tests/cuda/test_cuda_graph.c on a GPU machine.
  *
  * Every expected value comes from an independent route: a placed shard against glm53_weight_at on the whole
- * checkpoint tensor; a step in passes against the same step in one pass; an async step against the synchronous
- * step.
+ * checkpoint tensor; a step in passes against the same step in one pass; top-k outputs against a selection made
+ * from the logits rows; an async step against the synchronous step.
  */
 #include "test_util.h"
 
@@ -158,6 +159,81 @@ static void test_passes(void) {
     }
 }
 
+/* The step's top-k outputs (glm53_step_output.top_k) against a selection made here from the same step's logits:
+ * the k best of the valid ids, the lower id first on equal values. Asked for alone (no logits rows) and in
+ * passes of 7 rows, they must name the same ids with the logits' values, bit for bit. */
+static void test_top_k(void) {
+    TEST_CASE("top-k outputs: the best valid ids of the logits rows, alone or beside them, in one pass or several") {
+        enum { K = 5 };
+        int32_t ids[PROMPT];
+        for (int i = 0; i < PROMPT; i++) ids[i] = (i * 37 + 5) % 200;
+        glm53_model *one = load(0), *seven = load(7);
+        if (!one || !seven) return;
+        int32_t V = glm53_model_config_get(one)->text.vocab_size, n_valid = V / 2, n = PROMPT;   /* half the ids are padding */
+        float *logits = prefill_all(one, ids, PROMPT);
+        /* the reference: K rounds of a scan for the best id not yet taken */
+        int32_t want_ids[PROMPT][K];
+        for (int r = 0; r < PROMPT; r++) {
+            const float *x = logits + (size_t)r * V;
+            for (int j = 0; j < K; j++) {
+                int32_t best = -1;
+                for (int32_t i = 0; i < n_valid; i++) {
+                    bool taken = false;
+                    for (int t = 0; t < j; t++) taken |= want_ids[r][t] == i;
+                    if (!taken && (best < 0 || x[i] > x[best])) best = i;
+                }
+                want_ids[r][j] = best;
+            }
+        }
+        for (int variant = 0; variant < 2; variant++) {
+            glm53_model *m = variant ? seven : one;
+            glm53_seq_params sp = glm53_seq_default_params();
+            sp.max_tokens = 256;
+            glm53_seq *seq = NULL;
+            CHECK(glm53_seq_create(m, &sp, &seq) == GLM53_OK, "seq: %s", glm53_last_error());
+            uint8_t want[PROMPT];
+            memset(want, 1, sizeof want);
+            int32_t top_ids[PROMPT * K];
+            float top_logits[PROMPT * K], *row_logits = variant ? NULL : calloc((size_t)PROMPT * V, sizeof(float));
+            glm53_batch b = {.n_seqs = 1, .seqs = &seq, .n_rows = &n, .tokens = ids, .want_output = want};
+            glm53_step_output out = {.logits = row_logits, .capacity = PROMPT, .top_k = K, .top_n_valid = n_valid,
+                                     .top_ids = top_ids, .top_logits = top_logits};
+            glm53_status st = glm53_model_step(m, &b, &out);
+            CHECK(st == GLM53_OK && out.n_out == PROMPT, "step: %s", glm53_last_error());
+            int wrong = 0;
+            for (int r = 0; st == GLM53_OK && r < PROMPT; r++)
+                for (int j = 0; j < K; j++) {
+                    int32_t id = top_ids[r * K + j];
+                    wrong += id != want_ids[r][j] || top_logits[r * K + j] != logits[(size_t)r * V + want_ids[r][j]];
+                }
+            for (int r = 0; st == GLM53_OK && r < PROMPT; r++)
+                wrong += top_ids[r * K] != glm53_argmax_f32(logits + (size_t)r * V, n_valid);
+            CHECK(!wrong, "%s: %d top-k entries differ from the logits' selection", variant ? "passes of 7, no logits rows" : "beside the logits", wrong);
+            if (row_logits) CHECK(memcmp(row_logits, logits, (size_t)PROMPT * V * sizeof(float)) == 0,
+                                  "asking for top-k changed the logits rows");
+            free(row_logits);
+            glm53_seq_free(seq);
+        }
+        /* bad requests: refused before anything runs */
+        glm53_seq *seq = NULL;
+        glm53_seq_params sp = glm53_seq_default_params();
+        CHECK(glm53_seq_create(one, &sp, &seq) == GLM53_OK, "seq: %s", glm53_last_error());
+        int32_t top_ids[GLM53_MAX_TOP_K + 1], one_row = 1;
+        glm53_batch b = {.n_seqs = 1, .seqs = &seq, .n_rows = &one_row, .tokens = ids};
+        glm53_step_output too_many = {.capacity = 1, .top_k = GLM53_MAX_TOP_K + 1, .top_ids = top_ids};
+        CHECK(glm53_model_step(one, &b, &too_many) == GLM53_ERR_OUT_OF_RANGE, "top_k past GLM53_MAX_TOP_K");
+        glm53_step_output no_buffer = {.capacity = 1, .top_k = 1};
+        CHECK(glm53_model_step(one, &b, &no_buffer) == GLM53_ERR_INVALID_ARG, "top_k without top_ids");
+        glm53_step_output too_few_valid = {.capacity = 1, .top_k = 3, .top_n_valid = 2, .top_ids = top_ids};
+        CHECK(glm53_model_step(one, &b, &too_few_valid) == GLM53_ERR_OUT_OF_RANGE, "top_k above top_n_valid");
+        CHECK(glm53_seq_length(seq) == 0, "a refused step changed the sequence");
+        glm53_seq_free(seq);
+        free(logits);
+        glm53_model_free(one);
+        glm53_model_free(seven);
+    }
+}
+
 static void test_steady_state(void) {
     TEST_CASE("steady-state decode reuses the plan: no growth, no new staging, no new headers") {
         glm53_model *m = load(0);
@@ -258,6 +334,7 @@ static void test_worker(void) {
 int main(void) {
     test_shards();
     test_passes();
+    test_top_k();
     test_steady_state();
     test_worker();
     return test_finish("test_engine");

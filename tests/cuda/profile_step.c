@@ -8,7 +8,8 @@
  *
  * Each of the B sequences gets an L-token prompt (prefilled in chunks of 2048, so long contexts do not need a
  * quadratic prefill), then 3 warm-up decode steps; then
- *   1. N eager decode steps of B rows (one token per sequence, greedy), median wall time per step;
+ *   1. N eager decode steps of B rows (one token per sequence, greedy: each row's token chosen on the device,
+ *      glm53_step_output.top_k = 1, so 4 bytes a row come back, not the logits), median wall time per step;
  *   2. one step captured at the current lengths and replayed N times (each replay rolled back, so every replay
  *      sees the same context), median wall time per replay;
  *   3. N eager steps with kernel timing on, and the per-kernel table. Timing records an event per launch, so
@@ -157,7 +158,10 @@ int main(int argc, char **argv) {
         if (glm53_seq_create(m, &sp, &seqs[s]) != GLM53_OK) return fail("seq");
 
     /* Prompts: sequence s reads a different arithmetic walk over the first 200 ids. */
-    glm53_step_output out = {.logits = logits, .capacity = batch};
+    /* Decode steps output each row's greedy token chosen on the device (top_k 1): 4 bytes a row reach the host,
+     * as in a greedy decode loop, not the logits rows. */
+    int32_t *greedy = malloc((size_t)batch * sizeof *greedy);
+    glm53_step_output out = {.capacity = batch, .top_k = 1, .top_ids = greedy};
     for (int s = 0; s < batch; s++) {
         for (int done = 0; done < context;) {
             int n = context - done < 2048 ? context - done : 2048;
@@ -173,7 +177,7 @@ int main(int argc, char **argv) {
     for (int s = 0; s < batch; s++) tokens[s] = 1 + s;
     for (int i = 0; i < 3; i++) {
         if (glm53_model_step(m, &b, &out) != GLM53_OK) return fail("warm-up step");
-        for (int s = 0; s < batch; s++) tokens[s] = glm53_argmax_f32(logits + (size_t)s * V, V);
+        for (int s = 0; s < batch; s++) tokens[s] = greedy[s];
     }
 
     /* 1. eager steps */
@@ -181,7 +185,7 @@ int main(int argc, char **argv) {
         double t0 = now_ms();
         if (glm53_model_step(m, &b, &out) != GLM53_OK) return fail("eager step");
         times[i] = now_ms() - t0;
-        for (int s = 0; s < batch; s++) tokens[s] = glm53_argmax_f32(logits + (size_t)s * V, V);
+        for (int s = 0; s < batch; s++) tokens[s] = greedy[s];
     }
     double eager = median(times, steps);
 
@@ -190,7 +194,7 @@ int main(int argc, char **argv) {
     int64_t *lengths = malloc((size_t)batch * sizeof *lengths);
     for (int s = 0; s < batch; s++) lengths[s] = glm53_seq_length(seqs[s]);
     glm53_step_graph *g = NULL;
-    if (glm53_step_capture(m, &b, &g) == GLM53_OK) {
+    if (glm53_step_capture(m, &b, &out, &g) == GLM53_OK) {
         int ok = 1;
         for (int i = 0; ok && i < steps; i++) {
             for (int s = 0; ok && s < batch; s++) ok = glm53_seq_truncate(seqs[s], lengths[s]) == GLM53_OK;
@@ -211,7 +215,7 @@ int main(int argc, char **argv) {
     if (be->ops->profile_start(be) != GLM53_OK) return fail("profile_start");
     for (int i = 0; i < steps; i++) {
         if (glm53_model_step(m, &b, &out) != GLM53_OK) return fail("profiled step");
-        for (int s = 0; s < batch; s++) tokens[s] = glm53_argmax_f32(logits + (size_t)s * V, V);
+        for (int s = 0; s < batch; s++) tokens[s] = greedy[s];
     }
     printf("\n%s: context %d, batch %d, %d steps per figure\n", dir, context, batch, steps);
     if (be->ops->profile_report(be, stdout) != GLM53_OK) return fail("profile_report");
@@ -220,6 +224,6 @@ int main(int argc, char **argv) {
 
     for (int s = 0; s < batch; s++) glm53_seq_free(seqs[s]);
     glm53_model_free(m);
-    free(seqs), free(n_rows), free(tokens), free(logits), free(times), free(lengths);
+    free(seqs), free(n_rows), free(tokens), free(logits), free(times), free(lengths), free(greedy);
     return 0;
 }

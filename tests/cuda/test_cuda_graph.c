@@ -90,7 +90,7 @@ static bool run_model(const char *dir, row *r) {
         CHECK(ok, "%s: eager step: %s", dir, glm53_last_error());
 
         ok = ok && glm53_seq_truncate(seq, L) == GLM53_OK;
-        ok = ok && glm53_step_capture(m, &b, &g) == GLM53_OK;
+        ok = ok && glm53_step_capture(m, &b, NULL, &g) == GLM53_OK;
         CHECK(ok, "%s: capture: %s", dir, glm53_last_error());
         for (int rep = 0; ok && rep < 2; rep++) {
             memset(logits, 0xff, (size_t)V * sizeof(float));   /* poisoned: every value must be written */

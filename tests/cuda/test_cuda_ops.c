@@ -814,10 +814,11 @@ done:
 }
 
 /* --- selection and indexing ------------------------------------------------------------------------------- */
-/* levels > 0: values drawn from that many distinct levels (many ties); nan_every > 0: every that many a NaN. */
-static void check_topk(int64_t M, int64_t N, int32_t k, int levels, int nan_every) {
-    check_begin("topk", "f32", "%lldx%lld k %d%s%s", (long long)M, (long long)N, k, levels ? " ties" : "",
-                nan_every ? " NaNs" : "");
+/* levels > 0: values drawn from that many distinct levels (many ties); nan_every > 0: every that many a NaN;
+ * n_valid > 0: only columns [0, n_valid) compete (the padded vocabulary rows of the step's top-k). */
+static void check_topk(int64_t M, int64_t N, int32_t k, int levels, int nan_every, int64_t n_valid) {
+    check_begin("topk", "f32", "%lldx%lld k %d%s%s n_valid %lld", (long long)M, (long long)N, k, levels ? " ties" : "",
+                nan_every ? " NaNs" : "", (long long)n_valid);
     tpair x = {0}, vals = {0}, idx = {0};
     float *xv = randn(M * N, 1.0f, false);
     for (int64_t i = 0; i < M * N; i++) {
@@ -827,8 +828,8 @@ static void check_topk(int64_t M, int64_t N, int32_t k, int levels, int nan_ever
     TRY(act_pair(&x, F32, xv, SHAPE(M, N)));
     TRY(out_pair(&vals, F32, SHAPE(M, k)));
     TRY(out_pair(&idx, I32, SHAPE(M, k)));
-    TRY(cpu->ops->topk(cpu, vals.c, idx.c, x.c, k));
-    TRY(gpu->ops->topk(gpu, vals.g, idx.g, x.g, k));
+    TRY(cpu->ops->topk(cpu, vals.c, idx.c, x.c, k, n_valid));
+    TRY(gpu->ops->topk(gpu, vals.g, idx.g, x.g, k, n_valid));
     if (compare_i32("idx", idx.c, idx.g, k, false)) compare("vals", vals.c, vals.g, 0.0);
 done:
     check_end();
@@ -1608,13 +1609,15 @@ static void group_elementwise(void) {
 }
 
 static void group_index(void) {
-    check_topk(1, 154880, 8, 0, 0);
-    check_topk(3, 154880, 64, 0, 0);
-    check_topk(17, 33, 5, 0, 0);
-    check_topk(2, 5, 5, 0, 0);
-    check_topk(4, 1000, 64, 8, 0);
-    check_topk(4, 1000, 64, 0, 50);
-    check_topk(2, 70, 64, 3, 2);   /* more NaNs than numbers in places: NaNs must come last, by index */
+    check_topk(1, 154880, 8, 0, 0, 0);
+    check_topk(3, 154880, 64, 0, 0, 0);
+    check_topk(17, 33, 5, 0, 0, 0);
+    check_topk(2, 5, 5, 0, 0, 0);
+    check_topk(4, 1000, 64, 8, 0, 0);
+    check_topk(4, 1000, 64, 0, 50, 0);
+    check_topk(2, 70, 64, 3, 2, 0);   /* more NaNs than numbers in places: NaNs must come last, by index */
+    check_topk(8, 154880, 1, 0, 0, 154856);   /* greedy over GLM-5.3's tokenizer ids */
+    check_topk(5, 1000, 4, 3, 0, 900);        /* ties, padding columns that would tie too */
     check_gather(1000, 130, 17, BF16, BF16);
     check_gather(1000, 130, 17, BF16, F32);
     check_gather(300, 4096, 3, FP8, BF16);

@@ -47,6 +47,38 @@ describe("API misuse", function()
         s2:free()   -- the model's memory goes with its last sequence
     end)
 
+    it("top-k outputs: bad sizes raise, the greedy id is the argmax of the valid ids, rows past the batch raise", function()
+        assert.has_error(function() m:batch({ top_k = 65 }) end, "model:batch: top_k must be a whole number in [0, 64]")
+        assert.has_error(function() m:batch({ top_k = -1 }) end, "model:batch: top_k must be a whole number in [0, 64]")
+        local s, s2 = assert(m:seq({ max_tokens = 8 })), assert(m:seq({ max_tokens = 8 }))
+        local plain = m:batch({ rows = 4, seqs = 1 })
+        assert.has_error(function() plain:greedy(0) end, "batch:greedy: the batch was made without top_k")
+        local n_valid = math.floor(m.vocab_size / 2)
+        local b = m:batch({ rows = 4, seqs = 1, top_k = 3, n_valid = n_valid })
+        b:add(s, { 1, 2 })
+        plain:add(s2, { 1, 2 })
+        assert(m:step(b))
+        assert(m:step(plain))
+        assert.are.equal(m:argmax(plain:logits(0), n_valid), b:greedy(0))
+        local ids, vals, k = b:top(0)
+        assert.are.equal(3, k)
+        for j = 0, k - 1 do
+            assert.is_true(ids[j] >= 0 and ids[j] < n_valid)
+            assert.are.equal(plain:logits(0)[ids[j]], vals[j])
+            if j > 0 then assert.is_true(vals[j] <= vals[j - 1]) end
+        end
+        assert.has_error(function() b:greedy(1) end, "batch:greedy: output row 1 is outside [0, 1)")
+        -- more candidates than valid ids: refused by the step, nothing changes
+        local tight = m:batch({ rows = 4, seqs = 1, top_k = 3, n_valid = 2 })
+        tight:add(s, { 3 })
+        local ok, err = m:step(tight)
+        assert.is_nil(ok)
+        assert.matches("GLM53_ERR_OUT_OF_RANGE: .*top_k 3 of 2 valid ids", err)
+        assert.are.equal(2, s:length())
+        s:free()
+        s2:free()
+    end)
+
     it("output rows outside the batch raise instead of pointing past the buffers", function()
         local s = assert(m:seq({ max_tokens = 8 }))
         local b = m:batch({ rows = 4, seqs = 1, hidden = true })

@@ -171,14 +171,16 @@ function M.run(args)
     for r = 1, args["repeat"] do
         local seq, err = m:seq({ max_tokens = args.prompt + args.decode + 1, max_rollback = 1 })
         if not seq then cli.fail(err) end
-        local batch = m:batch({ rows = args.prompt, seqs = 1 })
+        -- The next token is the step's greedy output, chosen where the logits are: a step copies 4 bytes to the
+        -- host, not the vocabulary row, as a greedy decode loop runs it.
+        local batch = m:batch({ rows = args.prompt, seqs = 1, logits = false, top_k = 1, n_valid = ctx.n_valid })
         batch:add(seq, prompt, "last", args.prompt)
         local t0 = clock.now()
         local ok, step_err = m:step(batch)
         if not ok then cli.fail(step_err) end
         local t1 = clock.now()
         for _ = 1, args.decode do
-            next_id[1] = m:argmax(batch:logits(0), ctx.n_valid)
+            next_id[1] = batch:greedy(0)
             batch:clear()
             batch:add(seq, next_id)
             ok, step_err = m:step(batch)
@@ -269,7 +271,7 @@ end
 
 -- Batched decode: for each N of --batch, the best mean time of a decode step over N sequences (one row each), after
 -- each sequence prefilled its own prompt (the first --prompt ids rotated by its index, so no two are equal). Only
--- m:step is timed: the argmax that picks each row's next token is outside. One more, untimed run records the
+-- m:step is timed; each row's next token is its greedy output, chosen on the device (top_k = 1). One more, untimed run records the
 -- routed experts of every row (sequence capture), so the floor counts the union of experts each step read.
 function M.batched(args, ctx, prompt, bandwidth)
     local ffi = require("ffi")
@@ -282,7 +284,8 @@ function M.batched(args, ctx, prompt, bandwidth)
     local function run(n, capture)
         local own = ffi.new("int32_t[?]", args.prompt)
         local seqs, next_ids = {}, {}
-        local batch = m:batch({ rows = math.max(args.prompt, n), seqs = n })
+        local batch = m:batch({ rows = math.max(args.prompt, n), seqs = n, logits = false, top_k = 1,
+                                n_valid = ctx.n_valid })
         for i = 1, n do
             local seq, err = m:seq({ max_tokens = args.prompt + args.decode + 1, max_rollback = 1,
                                      capture = capture and { experts = true } or nil })
@@ -293,7 +296,7 @@ function M.batched(args, ctx, prompt, bandwidth)
             batch:add(seq, own, "last", args.prompt)
             local ok, err2 = m:step(batch)
             if not ok then cli.fail(err2) end
-            next_ids[i] = { m:argmax(batch:logits(0), ctx.n_valid) }
+            next_ids[i] = { batch:greedy(0) }
         end
         local spent = 0
         for _ = 1, args.decode do
@@ -303,7 +306,7 @@ function M.batched(args, ctx, prompt, bandwidth)
             local ok, err = m:step(batch)
             spent = spent + (clock.now() - t0)
             if not ok then cli.fail(err) end
-            for i = 1, n do next_ids[i][1] = m:argmax(batch:logits(i - 1), ctx.n_valid) end
+            for i = 1, n do next_ids[i][1] = batch:greedy(i - 1) end
         end
         local union
         if capture then

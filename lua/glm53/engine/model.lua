@@ -173,11 +173,19 @@ function Model:seq(opts)
 end
 
 -- opts: rows (row capacity, default 4096), seqs (default 64), outputs (output row capacity, default = seqs),
--- hidden (also return final hidden states, default false), logits (default true; false: hidden states only).
+-- hidden (also return final hidden states, default false), logits (default true; false: no logits rows),
+-- top_k (default 0: each output row's top_k logits chosen where they are computed, on the GPU with CUDA;
+-- batch:top(i) and batch:greedy(i) read them; 1 is greedy decoding without copying logits rows: pass
+-- logits = false too), n_valid (ids that compete in the top_k, default all: the tokenizer's n_vocab drops the
+-- padded rows).
 function Model:batch(opts)
     opts = opts or {}
     local rows, seqs = opts.rows or 4096, opts.seqs or 64
     local outputs = opts.outputs or seqs
+    local top_k = opts.top_k or 0
+    if type(top_k) ~= "number" or top_k % 1 ~= 0 or top_k < 0 or top_k > C.GLM53_MAX_TOP_K then
+        error("model:batch: top_k must be a whole number in [0, " .. C.GLM53_MAX_TOP_K .. "]", 2)
+    end
     local b = setmetatable({
         model = self, cap_rows = rows, cap_seqs = seqs, cap_out = outputs,
         seq_ptrs = ffi.new("glm53_seq *[?]", seqs),
@@ -186,6 +194,9 @@ function Model:batch(opts)
         want = ffi.new("uint8_t[?]", rows),
         logits_buf = opts.logits ~= false and ffi.new("float[?]", outputs * self.vocab_size) or nil,
         hidden_buf = opts.hidden and ffi.new("float[?]", outputs * self.hidden_size) or nil,
+        top_k = top_k, n_valid = opts.n_valid or 0,
+        top_ids_buf = top_k > 0 and ffi.new("int32_t[?]", outputs * top_k) or nil,
+        top_logits_buf = top_k > 0 and ffi.new("float[?]", outputs * top_k) or nil,
         c = ffi.new("glm53_batch"),
         out = ffi.new("glm53_step_output"),
         seq_objs = {},
@@ -285,6 +296,20 @@ function Batch:hidden(i)
     return self.hidden_buf and self.hidden_buf + output_row(self, i, "hidden") * self.model.hidden_size or nil
 end
 
+-- Output row i's top_k candidates (a batch made with top_k > 0): int32_t* ids and float* logits [top_k], best
+-- first (ties: the lower id), and top_k. Valid until the next step on this batch.
+function Batch:top(i)
+    if not self.top_ids_buf then error("batch:top: the batch was made without top_k", 2) end
+    local at = output_row(self, i, "top") * self.top_k
+    return self.top_ids_buf + at, self.top_logits_buf + at, self.top_k
+end
+
+-- Output row i's greedy token (its top-1 id over the valid ids), a Lua number; needs top_k >= 1.
+function Batch:greedy(i)
+    if not self.top_ids_buf then error("batch:greedy: the batch was made without top_k", 2) end
+    return tonumber(self.top_ids_buf[output_row(self, i, "greedy") * self.top_k])
+end
+
 -- Points the batch's C structs at its buffers, after checking it belongs to this model (`what` names the caller).
 local function prepare(self, batch, what)
     if getmetatable(batch) ~= Batch or batch.model ~= self then error(what .. ": not a batch of this model", 3) end
@@ -305,6 +330,8 @@ local function prepare(self, batch, what)
     c.want_output = batch.want
     out.logits = batch.logits_buf
     out.hidden = batch.hidden_buf
+    out.top_k, out.top_n_valid = batch.top_k, batch.n_valid
+    out.top_ids, out.top_logits = batch.top_ids_buf, batch.top_logits_buf
     out.capacity = batch.cap_out
     return c, out
 end

@@ -4,7 +4,7 @@
 --     local def = require("glm53.ffi.cdef")
 --     ffi.cdef(def.cdef)   -- then C.glm53_abi_version() must equal def.abi_version
 return {
-    abi_version = 5,
+    abi_version = 6,
     cdef = [==[
 typedef enum glm53_status {
     GLM53_OK                = 0,
@@ -165,11 +165,16 @@ typedef struct glm53_batch {
     const uint8_t  *use_embedding;
     const uint8_t  *want_output;
 } glm53_batch;
+enum { GLM53_MAX_TOP_K = 64 };
 typedef struct glm53_step_output {
-    float  *logits;
-    float  *hidden;
-    int32_t capacity;
-    int32_t n_out;
+    float   *logits;
+    float   *hidden;
+    int32_t  capacity;
+    int32_t  n_out;
+    int32_t  top_k;
+    int32_t  top_n_valid;
+    int32_t *top_ids;
+    float   *top_logits;
 } glm53_step_output;
 glm53_status glm53_model_step(glm53_model *model, const glm53_batch *batch, glm53_step_output *out);
 typedef struct glm53_step_request {

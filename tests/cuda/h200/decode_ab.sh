@@ -20,7 +20,7 @@ set -u
 . tests/cuda/h200/setup.sh
 off="GLM53_CUDA_GEMV_STREAM=0 GLM53_CUDA_PDL=0 GLM53_CUDA_KDA_SEQUENCES=0 GLM53_CUDA_GROUPED_EXPERTS=0"
 on="GLM53_CUDA_GEMV_STREAM=1 GLM53_CUDA_PDL=1 GLM53_CUDA_KDA_SEQUENCES=1 GLM53_CUDA_GROUPED_EXPERTS=1"
-env $on TEST=/tmp/hb/test_cuda_ops RUN_TIMEOUT=${RUN_TIMEOUT:-150} GROUP_TIMEOUT=${GROUP_TIMEOUT:-40} tests/cuda/run.sh --only matmul,norm,elementwise,mhc,kda,moe --no-bench > $o/cuda_ops.log 2>&1
+env $on TEST=/tmp/hb/test_cuda_ops RUN_TIMEOUT=${RUN_TIMEOUT:-150} GROUP_TIMEOUT=${GROUP_TIMEOUT:-40} tests/cuda/run.sh --only matmul,norm,elementwise,mhc,kda,moe,index --no-bench > $o/cuda_ops.log 2>&1
 el "cuda ops rc=$?"; grep -E "FAIL|cuda ops:" $o/cuda_ops.log | tail -n 12
 if [ -z "${QUICK:-}" ]; then
   busted_bin=$(command -v busted)
