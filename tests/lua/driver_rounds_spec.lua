@@ -63,6 +63,37 @@ describe("driver, prefill = 'rounds'", function()
         end
     end)
 
+    it("plain greedy rounds leave the logits rows on the device; a stream that needs them brings them back", function()
+        -- Greedy streams without bias, penalty or logprobs take each verified row's token from the step's greedy
+        -- output (top_k 1): the target batch runs without logits rows. Any stream that needs the row (penalty,
+        -- logprobs, sampling) turns them on for the round. Tokens equal plain greedy decoding either way.
+        local function rounds_with(opts2)
+            local d = assert(driver.new(m, { k = 2, max_seqs = 2, chunk = 64, prefill = "rounds" }))
+            local a = assert(d:add(prompts[2], { max_new = N_NEW }))
+            local b = opts2 and assert(d:add(prompts[5], opts2)) or nil
+            local off_rounds, rounds = 0, 0
+            while d:active() > 0 do
+                assert(d:round())
+                rounds = rounds + 1
+                if d.vb.logits_off then off_rounds = off_rounds + 1 end
+            end
+            d:free()
+            return a, b, off_rounds, rounds
+        end
+        local a, _, off_rounds, rounds = rounds_with(nil)
+        assert.are.same(refs[2], a.generated)
+        assert.are.equal(rounds, off_rounds, "every round of a plain greedy stream ran without logits rows")
+        local a2, b2, off2, rounds2 = rounds_with({ max_new = N_NEW, logprobs = 2 })
+        assert.are.same(refs[2], a2.generated)
+        assert.are.same(refs[5], b2.generated)
+        assert.are.equal(N_NEW, #b2.logprobs)
+        assert.is_true(off2 < rounds2, "the rounds that verified the logprobs stream ran with logits rows")
+        local a3, _, off3, rounds3 = rounds_with({ max_new = 4, sampling = { temperature = 0, repetition_penalty = 1.3 } })
+        assert.are.same(refs[2], a3.generated)
+        assert.is_true(off3 < rounds3, "rounds with the penalised stream ran with logits rows")
+        assert.is_true(off3 > 0, "once the penalised stream ended, the rounds ran without them again")
+    end)
+
     it("a round prefills several streams, oldest first, within the chunk budget", function()
         -- prompts of 3, 40, 300, 1 and 17 tokens feed 2, 39, 299, 0 and 16 prefill rows; chunk 48
         local d = assert(driver.new(m, { k = 1, max_seqs = #prompts, chunk = 48, prefill = "rounds" }))

@@ -289,7 +289,15 @@ local function output_row(self, i, what)
 end
 
 function Batch:logits(i)
+    if self.logits_off then error("batch:logits: the batch's steps run without logits rows (batch:set_logits)", 2) end
     return self.logits_buf and self.logits_buf + output_row(self, i, "logits") * self.model.vocab_size or nil
+end
+
+-- Turns the logits rows of the next steps off (false) or back on (true), for a batch made with them: a step whose
+-- tokens all come from its top-k outputs (greedy streams) then copies no vocabulary-wide row to the host.
+function Batch:set_logits(on)
+    if not self.logits_buf then error("batch:set_logits: the batch was made with logits = false", 2) end
+    self.logits_off = not on
 end
 
 function Batch:hidden(i)
@@ -328,7 +336,7 @@ local function prepare(self, batch, what)
     c.n_rows = batch.n_rows
     c.tokens = batch.tokens
     c.want_output = batch.want
-    out.logits = batch.logits_buf
+    out.logits = not batch.logits_off and batch.logits_buf or nil
     out.hidden = batch.hidden_buf
     out.top_k, out.top_n_valid = batch.top_k, batch.n_valid
     out.top_ids, out.top_logits = batch.top_ids_buf, batch.top_logits_buf

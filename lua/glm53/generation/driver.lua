@@ -247,7 +247,11 @@ function M.new(m, opts)
         force_acceptance = force,
         streams = {},                 -- active streams, in add order
         stats = new_stats(k),
-        vb = m:batch({ rows = vb_rows, seqs = max_seqs, outputs = vb_rows, hidden = k > 0 }),
+        -- Target rows: logits, and each row's greedy token chosen on the device (top_k 1 over the ids the
+        -- default sampling may produce), which a round of plain greedy streams uses instead (Driver:_device_greedy).
+        vb = m:batch({ rows = vb_rows, seqs = max_seqs, outputs = vb_rows, hidden = k > 0, top_k = 1,
+                       n_valid = valid_ids(sampling, V) }),
+        greedy_n_valid = valid_ids(sampling, V),
         -- Synchronous prefill only needs the hidden states that feed the MTP layers (no logits: the last prompt
         -- token is verified by the first round).
         pb = not rounds and m:batch({ rows = chunk, seqs = 1, outputs = k > 0 and chunk or 1, hidden = k > 0,
@@ -940,17 +944,48 @@ local function commit(s, id)
     return false
 end
 
+-- Whether this round's target step can leave the logits rows on the device: every stream verified is greedy
+-- with no bias, penalty or logprobs over the default valid ids (its token is then the step's top-1 output, the
+-- same id its sampler would pick), and no prefill chunk wants prompt logprobs. Decode then copies 4 bytes a row
+-- to the host instead of the vocabulary row (620 KB at GLM-5.3's vocabulary).
+function Driver:_device_greedy(list, chunks)
+    for _, s in ipairs(list) do
+        if s.mode ~= "greedy" or s.logprobs or s.n_valid ~= self.greedy_n_valid or not s.sampler:plain_greedy() then
+            return false
+        end
+    end
+    for _, ch in ipairs(chunks) do
+        if ch.s.prompt_logprobs then return false end
+    end
+    return true
+end
+
+-- A verified row's token from the step's greedy output. A sampler refuses NaN and +inf logits and a row with every
+-- token banned; the device's choice is checked as far as its one value tells (a row whose best logit is NaN, +inf
+-- or -inf), with the sampler's messages.
+local function device_greedy_token(vb, row)
+    local ids, vals = vb:top(row)
+    local id, v = tonumber(ids[0]), vals[0]
+    if v ~= v or v == math.huge then
+        return nil, string.format("GLM53_ERR_INVALID_ARG: sampler: logit of token %d is %s (NaN and +inf are not " ..
+                                  "allowed)", id, tostring(v))
+    end
+    if v == -math.huge then return nil, "GLM53_ERR_INVALID_ARG: sampler: every token is banned (all logits are -inf)" end
+    return id
+end
+
 -- Phase 3 for one stream: walks its verified rows [off, off + k]; returns tokens committed and drafts accepted.
 function Driver:_accept(s, off)
     local vb, smp, k, V = self.vb, s.sampler, s.n_drafts, self.V
     local committed, accepted = 0, 0
     for i = 0, k do
-        local row = vb:logits(off + i)
+        local row = not self.vb_greedy and vb:logits(off + i) or nil
         local draft = i < k and s.drafts[i + 1] or nil
         local tok, err
         local stands = false
         if s.mode == "greedy" then
-            tok, err = smp:sample(row)
+            if self.vb_greedy then tok, err = device_greedy_token(vb, off + i)
+            else tok, err = smp:sample(row) end
             if not tok then return nil, err end
             stands = tok == draft
             if self.force_acceptance == "all" and draft then tok, stands = draft, true
@@ -1047,6 +1082,8 @@ function Driver:_round()
         out = out + self:_add_chunk(vb, s, c, base)
         base, budget = base + c, budget - c
     end
+    self.vb_greedy = self:_device_greedy(list, chunks)
+    vb:set_logits(not self.vb_greedy)
     local ok, err = self:_step(vb)
     if not ok then return nil, err end
 

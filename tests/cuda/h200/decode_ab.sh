@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The decode path's switches side by side on the H200 (issue 16), with the checks that must hold first. The
-# switches (docs/cuda.md "Decode-path switches"; each read at backend creation, "1" on, "0" off): GLM53_CUDA_GEMV_STREAM (the streaming tensor-core GEMV, the multi-weight
-# launches and the streaming decode experts), GLM53_CUDA_PDL (programmatic dependent launch),
-# GLM53_CUDA_KDA_SEQUENCES (the fused KDA op), GLM53_CUDA_GROUPED_EXPERTS (prefill experts grouped on the device).
+# The performance switches side by side on the H200 (issues 16 and 17), with the checks that must hold first. The
+# switches (docs/cuda.md "Performance switches"; each read at backend creation, "1" on, "0" off):
+# GLM53_CUDA_GEMV_STREAM (the streaming tensor-core GEMV, the multi-weight launches and the streaming decode
+# experts), GLM53_CUDA_PDL (programmatic dependent launch), GLM53_CUDA_KDA_SEQUENCES (the fused KDA op),
+# GLM53_CUDA_GROUPED_EXPERTS (prefill experts grouped on the device).
 #   1. test_cuda_ops' groups of the changed kernels against the CPU ops; the fixtures on CUDA (BF16) against the
 #      float64 logits; test_cuda_graph (eager step against its replayed graph) on the fixtures;
 #   2. greedy token ids of the bundled model and its FP8 copy with every switch off and on: must be equal;
