@@ -1733,10 +1733,10 @@ static void group_moe(void) {
     check_moe_experts_held(40, 130, 48, 8, 3, F32, FP8, 16, false, 4, 4);    /* expert parallel, grouped path */
     /* The device-grouped path (GLM53_CUDA_GROUPED_EXPERTS, on here): BF16 x, D and F multiples of 64. */
     check_moe_experts(300, 256, 128, 16, 8, BF16, FP8, 128, true);   /* 150 rows an expert: m-tiles 64 + 64 + 22 */
-    check_moe_experts(130, 256, 128, 8, 4, BF16, FP8, 16, false);    /* 16 x 16 scale blocks: a scale per n8 tile */
+    check_moe_experts(130, 256, 128, 8, 4, BF16, FP8, 64, false);    /* 64 x 64 scale blocks: a scale per K step */
     check_moe_experts(200, 320, 192, 6, 3, BF16, BF16, 0, false);    /* BF16 experts; D 320: down's last tile half past D */
     check_moe_experts(64, 4096, 2048, 16, 8, BF16, FP8, 128, false); /* the real D and width */
-    check_moe_experts_held(40, 128, 64, 8, 3, BF16, FP8, 16, false, 2, 3);   /* expert parallel */
+    check_moe_experts_held(40, 128, 64, 8, 3, BF16, FP8, 64, false, 2, 3);   /* expert parallel */
     check_moe_rows_invariant(72, 256, 128, 6, 4, FP8, 128, 24);
     check_moe_rows_invariant(72, 128, 192, 5, 3, BF16, 0, 24);
 }
