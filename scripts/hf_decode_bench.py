@@ -8,10 +8,12 @@ DIR is a model made by scripts/make_bench_model.py (its config.json: real GLM-5.
 of layers). transformers' Glm5Next is built from that config with its own random initialisation in BF16 on the
 GPU (the quantization_config is dropped: transformers has no FP8 block-scaled decode path to time, so its
 weights are BF16, twice the bytes of glm53's FP8 projections; the step's time does not depend on the values).
-It runs a prefill of --prompt random token ids with the cache on, then --decode single-token steps fed with the
-greedy token, each timed alone (torch.cuda.synchronize around it); it prints the prefill time, the median step
-and the tokens per second, and writes them as JSON with the versions and the attention / experts
-implementations transformers used (its defaults, the fastest it offers here).
+It runs a warm-up prefill of 64 tokens (the first call's one-time costs stay out of the figure), a prefill of
+--prompt random token ids with the cache on, then --decode single-token steps fed with the greedy token (0: prefill
+only, for the prefill issue's comparison), each timed alone (torch.cuda.synchronize around it); it prints the
+prefill time, the median step and the tokens per second, and writes them as JSON with the versions and the
+attention / experts implementations transformers used (its defaults, the fastest it offers here). Running out of
+GPU memory is a result, not a crash: it prints "out of memory" and writes {"oom": true, ...}.
 """
 import argparse
 import json
@@ -53,11 +55,22 @@ def main():
     vocab = text["vocab_size"]
     g = torch.Generator(device="cuda").manual_seed(a.seed)
     ids = torch.randint(0, vocab, (1, a.prompt), device="cuda", generator=g)
+    base = dict(model=a.model, layers=text["num_hidden_layers"], prompt=a.prompt, decode=a.decode, implementation=impl,
+                cls=Cls.__name__, params=params, transformers=transformers.__version__, torch=torch.__version__,
+                device=torch.cuda.get_device_name())
     with torch.no_grad():
+        model(input_ids=ids[:, :64], use_cache=True)   # warm-up
         torch.cuda.synchronize()
         t0 = time.time()
-        out = model(input_ids=ids, use_cache=True)
-        torch.cuda.synchronize()
+        try:
+            out = model(input_ids=ids, use_cache=True)
+            torch.cuda.synchronize()
+        except torch.cuda.OutOfMemoryError as e:
+            print(f"prefill {a.prompt} tokens: out of memory ({str(e).splitlines()[0]})", flush=True)
+            if a.out:
+                with open(a.out, "w") as f:
+                    json.dump(dict(base, oom=True), f, indent=1)
+            return 0
         prefill_ms = (time.time() - t0) * 1e3
         print(f"prefill {a.prompt} tokens: {prefill_ms:.1f} ms", flush=True)
         cache, tok = out.past_key_values, out.logits[:, -1:].argmax(-1)
@@ -71,14 +84,17 @@ def main():
             steps.append((time.time() - t0) * 1e3)
             cache = out.past_key_values
             print(f"  step {i + 1}/{a.decode}: {steps[-1]:.2f} ms", flush=True)
-    step_ms = statistics.median(steps[1:] if len(steps) > 2 else steps)   # the first step warms up
-    res = dict(model=a.model, layers=text["num_hidden_layers"], prompt=a.prompt, decode=a.decode,
-               prefill_ms=prefill_ms, step_ms_median=step_ms, steps_ms=steps, tokens_per_s=1e3 / step_ms,
-               implementation=impl, cls=Cls.__name__, params=params, transformers=transformers.__version__,
-               torch=torch.__version__, device=torch.cuda.get_device_name())
-    print(f"transformers decode step (median of {len(steps) - 1 if len(steps) > 2 else len(steps)}): "
-          f"{step_ms:.2f} ms, {1e3 / step_ms:.1f} tokens/s; prefill {prefill_ms:.1f} ms "
-          f"({impl['attn']} attention, {impl['experts']} experts)")
+    if not steps:
+        res = dict(base, oom=False, prefill_ms=prefill_ms)
+        print(f"transformers prefill {a.prompt} tokens: {prefill_ms:.1f} ms ({impl['attn']} attention, "
+              f"{impl['experts']} experts)")
+    else:
+        step_ms = statistics.median(steps[1:] if len(steps) > 2 else steps)   # the first step warms up
+        res = dict(base, oom=False, prefill_ms=prefill_ms, step_ms_median=step_ms, steps_ms=steps,
+                   tokens_per_s=1e3 / step_ms)
+        print(f"transformers decode step (median of {len(steps) - 1 if len(steps) > 2 else len(steps)}): "
+              f"{step_ms:.2f} ms, {1e3 / step_ms:.1f} tokens/s; prefill {prefill_ms:.1f} ms "
+              f"({impl['attn']} attention, {impl['experts']} experts)")
     if a.out:
         with open(a.out, "w") as f:
             json.dump(res, f, indent=1)
