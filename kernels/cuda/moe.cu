@@ -667,7 +667,8 @@ static glm53_status moe_experts_grouped(glm53_backend *be, glm53_tensor *y, cons
  * read as stored once per chunk per f- or d-tile. Intermediates as the other paths: gate and up rounded to BF16
  * before the SwiGLU, h in BF16, expert outputs in F32, one rounding in the combine.
  */
-static const int64_t GROUPED_CHUNK_ROWS = 4096;   /* token rows per round: at k = 8, D = 4096, F = 2048: h 128 MiB, expert outputs 512 MiB */
+/* Token rows per round: at k = 8, D = 4096, F = 2048 the scratch is h 128 MiB and the expert outputs 512 MiB. */
+static const int64_t GROUPED_CHUNK_ROWS = 4096;
 
 struct expert_groups {
     int32_t *count;        /* [E] slots of each expert in this chunk */
