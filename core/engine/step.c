@@ -418,7 +418,7 @@ struct glm53_step_graph {
     glm53_seq   **seqs;           /* the batch's sequences and the lengths they held */
     int64_t      *lengths;
     int64_t       n_rows, n_out;
-    glm53_tensor  logits, hidden, top_ids, top_logits;   /* rank 0's outputs in its scratch (data NULL: not asked for) */
+    glm53_tensor  logits, hidden, top_ids, top_logits;   /* rank 0's outputs in its scratch (data NULL: none) */
     int32_t       top_k;          /* and the top-k the capture computes */
     int32_t       top_n_valid;
 };
