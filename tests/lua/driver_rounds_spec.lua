@@ -64,25 +64,28 @@ describe("driver, prefill = 'rounds'", function()
     end)
 
     it("plain greedy rounds leave the logits rows on the device; a stream that needs them brings them back", function()
-        -- Greedy streams without bias, penalty or logprobs take each verified row's token from the step's greedy
-        -- output (top_k 1): the target batch runs without logits rows. Any stream that needs the row (penalty,
-        -- logprobs, sampling) turns them on for the round. Tokens equal plain greedy decoding either way.
+        -- Greedy streams without bias, penalty or logprobs take each verified row's token (and each draft) from the
+        -- step's greedy output (top_k 1): the target and MTP batches run without logits rows. Any stream that
+        -- needs the row (penalty, logprobs, sampling) turns them on for the round. Tokens equal plain greedy
+        -- decoding either way.
         local function rounds_with(opts2)
             local d = assert(driver.new(m, { k = 2, max_seqs = 2, chunk = 64, prefill = "rounds" }))
             local a = assert(d:add(prompts[2], { max_new = N_NEW }))
             local b = opts2 and assert(d:add(prompts[5], opts2)) or nil
-            local off_rounds, rounds = 0, 0
+            local off_rounds, rounds, draft_off = 0, 0, 0
             while d:active() > 0 do
                 assert(d:round())
                 rounds = rounds + 1
                 if d.vb.logits_off then off_rounds = off_rounds + 1 end
+                if d.db.logits_off then draft_off = draft_off + 1 end
             end
             d:free()
-            return a, b, off_rounds, rounds
+            return a, b, off_rounds, rounds, draft_off
         end
-        local a, _, off_rounds, rounds = rounds_with(nil)
+        local a, _, off_rounds, rounds, draft_off = rounds_with(nil)
         assert.are.same(refs[2], a.generated)
         assert.are.equal(rounds, off_rounds, "every round of a plain greedy stream ran without logits rows")
+        assert.is_true(draft_off > 0, "its drafts came from the MTP steps' top-1 outputs")
         local a2, b2, off2, rounds2 = rounds_with({ max_new = N_NEW, logprobs = 2 })
         assert.are.same(refs[2], a2.generated)
         assert.are.same(refs[5], b2.generated)

@@ -256,7 +256,8 @@ function M.new(m, opts)
         -- token is verified by the first round).
         pb = not rounds and m:batch({ rows = chunk, seqs = 1, outputs = k > 0 and chunk or 1, hidden = k > 0,
                                       logits = false }) or nil,
-        db = k > 0 and m:batch({ rows = mtp_rows, seqs = max_seqs, outputs = max_seqs, hidden = true }) or nil,
+        db = k > 0 and m:batch({ rows = mtp_rows, seqs = max_seqs, outputs = max_seqs, hidden = true, top_k = 1,
+                                 n_valid = valid_ids(sampling, V) }) or nil,
         hin = k > 0 and ffi.new("float[?]", mtp_rows * D) or nil,   -- MTP hidden input, batch row order
         tok = ffi.new("int32_t[?]", math.max(mtp_rows, vb_rows)),
         pbuf = ffi.new("float[?]", V),                               -- target distribution of one row
@@ -784,6 +785,40 @@ end
 ---------------------------------------------------------------------------------------------------------------
 -- One round
 ---------------------------------------------------------------------------------------------------------------
+-- Whether stream s picks the plain argmax of the default valid ids (greedy, no bias, no penalty): the step's top-1
+-- output (each row's greedy token, chosen on the device) is then its token.
+function Driver:_plain_greedy(s)
+    return s.mode == "greedy" and s.n_valid == self.greedy_n_valid and s.sampler:plain_greedy()
+end
+
+-- Whether this round's target step can leave the logits rows on the device: every stream verified is greedy
+-- with no bias, penalty or logprobs over the default valid ids (its token is then the step's top-1 output, the
+-- same id its sampler would pick), and no prefill chunk wants prompt logprobs. Decode then copies 4 bytes a row
+-- to the host instead of the vocabulary row (620 KB at GLM-5.3's vocabulary).
+function Driver:_device_greedy(list, chunks)
+    for _, s in ipairs(list) do
+        if not self:_plain_greedy(s) or s.logprobs then return false end
+    end
+    for _, ch in ipairs(chunks) do
+        if ch.s.prompt_logprobs then return false end
+    end
+    return true
+end
+
+-- A verified row's token from the step's greedy output. A sampler refuses NaN and +inf logits and a row with every
+-- token banned; the device's choice is checked as far as its one value tells (a row whose best logit is NaN, +inf
+-- or -inf), with the sampler's messages.
+local function device_greedy_token(vb, row)
+    local ids, vals = vb:top(row)
+    local id, v = tonumber(ids[0]), vals[0]
+    if v ~= v or v == math.huge then
+        return nil, string.format("GLM53_ERR_INVALID_ARG: sampler: logit of token %d is %s (NaN and +inf are not " ..
+                                  "allowed)", id, tostring(v))
+    end
+    if v == -math.huge then return nil, "GLM53_ERR_INVALID_ARG: sampler: every token is banned (all logits are -inf)" end
+    return id
+end
+
 -- The draft token at one depth from its MTP logits row, and its probability under the draft distribution.
 -- Sampling mode writes that distribution to row depth of s.q, which the verifier reads.
 function Driver:_propose(s, depth, logits, want_prob)
@@ -863,11 +898,16 @@ function Driver:_draft(list)
             return a._order < b._order
         end)
     end
+    -- Drafts of plain greedy streams without a draft policy are the MTP steps' top-1 outputs: the MTP rows then
+    -- stay on the device like the target's (a draft policy reads the draft's confidence from the whole row).
+    local db_greedy = true
     for i, s in ipairs(catch) do
         first[i], counts[i] = s.L - s.hid_n, s.hid_n
         ffi.copy(self.hin + base * D, s.hid, s.hid_n * D * 4)
         base = base + s.hid_n
+        db_greedy = db_greedy and s.draft == nil and self:_plain_greedy(s)
     end
+    self.db:set_logits(not db_greedy)
     local ok, err = self:_catch_up(catch, first, counts)
     if not ok then return nil, err end
     for _, s in ipairs(catch) do s.hid_n = 0 end
@@ -883,7 +923,13 @@ function Driver:_draft(list)
         local next_list = {}
         for _, s in ipairs(drafting) do
             local j = rows[s]
-            local x, prob = self:_propose(s, depth, db:logits(j), s.draft ~= nil)
+            local x, prob
+            if db_greedy then
+                x, prob = device_greedy_token(db, j)
+                if x then prob = 1 end
+            else
+                x, prob = self:_propose(s, depth, db:logits(j), s.draft ~= nil)
+            end
             if not x then return nil, prob end
             local keep, repl = true, nil
             if s.draft then keep, repl = self:_keep(s, depth, x, prob) end
@@ -942,36 +988,6 @@ local function commit(s, id)
     if s.stop[id] then s.finish_reason = "stop" return true end
     if #s.generated >= s.max_new then s.finish_reason = "length" return true end
     return false
-end
-
--- Whether this round's target step can leave the logits rows on the device: every stream verified is greedy
--- with no bias, penalty or logprobs over the default valid ids (its token is then the step's top-1 output, the
--- same id its sampler would pick), and no prefill chunk wants prompt logprobs. Decode then copies 4 bytes a row
--- to the host instead of the vocabulary row (620 KB at GLM-5.3's vocabulary).
-function Driver:_device_greedy(list, chunks)
-    for _, s in ipairs(list) do
-        if s.mode ~= "greedy" or s.logprobs or s.n_valid ~= self.greedy_n_valid or not s.sampler:plain_greedy() then
-            return false
-        end
-    end
-    for _, ch in ipairs(chunks) do
-        if ch.s.prompt_logprobs then return false end
-    end
-    return true
-end
-
--- A verified row's token from the step's greedy output. A sampler refuses NaN and +inf logits and a row with every
--- token banned; the device's choice is checked as far as its one value tells (a row whose best logit is NaN, +inf
--- or -inf), with the sampler's messages.
-local function device_greedy_token(vb, row)
-    local ids, vals = vb:top(row)
-    local id, v = tonumber(ids[0]), vals[0]
-    if v ~= v or v == math.huge then
-        return nil, string.format("GLM53_ERR_INVALID_ARG: sampler: logit of token %d is %s (NaN and +inf are not " ..
-                                  "allowed)", id, tostring(v))
-    end
-    if v == -math.huge then return nil, "GLM53_ERR_INVALID_ARG: sampler: every token is banned (all logits are -inf)" end
-    return id
 end
 
 -- Phase 3 for one stream: walks its verified rows [off, off + k]; returns tokens committed and drafts accepted.
