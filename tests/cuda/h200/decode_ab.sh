@@ -17,8 +17,10 @@
 #      streaming form, must give version 4's bits: "same-v4"; the M = 1 rows are printed).
 # Run there from the project root, carrying .h200 (tests/cuda/h200/pack.sh) and .debs. GEMV=0 skips step 5;
 # CHECK_ONLY=1 stops after step 2; QUICK=1 (for a short device budget) skips the fixtures, runs the batch-1 and
-# batch-8 profiles all off and all on only, and prefill 8192 one-shot only when off.
+# batch-8 profiles all off and all on only, and prefill 8192 one-shot only when off; CORE=1 (shorter still, about
+# 5 minutes) is QUICK without batch 8 and with prefill of 2048 tokens only (its per-kernel tables instead).
 set -u
+[ -n "${CORE:-}" ] && QUICK=1
 . tests/cuda/h200/setup.sh
 off="GLM53_CUDA_GEMV_STREAM=0 GLM53_CUDA_PDL=0 GLM53_CUDA_KDA_SEQUENCES=0 GLM53_CUDA_GROUPED_EXPERTS=0"
 on="GLM53_CUDA_GEMV_STREAM=1 GLM53_CUDA_PDL=1 GLM53_CUDA_KDA_SEQUENCES=1 GLM53_CUDA_GROUPED_EXPERTS=1"
@@ -58,17 +60,19 @@ prof b1_off 1 2048 $off
 [ -n "${QUICK:-}" ] || prof b1_stream_kda 1 2048 GLM53_CUDA_GEMV_STREAM=1 GLM53_CUDA_PDL=0 GLM53_CUDA_KDA_SEQUENCES=1
 prof b1_all 1 2048 $on
 [ -n "${QUICK:-}" ] || prof b1_all_8192 1 8192 $on
-prof b8_off 8 2048 $off
-prof b8_all 8 2048 $on
+[ -n "${CORE:-}" ] || prof b8_off 8 2048 $off
+[ -n "${CORE:-}" ] || prof b8_all 8 2048 $on
 if [ "${PREFILL:-1}" = 1 ]; then
   for pf in off on; do
     env ${!pf} timeout 100 /tmp/hb/profile_step /tmp/flash --prefill 2048 --chunks 2048,512 --steps 3 > $o/prefill_2048_$pf.txt 2>&1
     chunks=8192,2048,512; [ -n "${QUICK:-}" ] && [ $pf = off ] && chunks=8192
-    env ${!pf} timeout 200 /tmp/hb/profile_step /tmp/flash --prefill 8192 --chunks $chunks --steps 2 > $o/prefill_8192_$pf.txt 2>&1
-    el "prefill, switches $pf: rc=$?"; grep -hE "^prefill|failed" $o/prefill_2048_$pf.txt $o/prefill_8192_$pf.txt
+    [ -n "${CORE:-}" ] || env ${!pf} timeout 200 /tmp/hb/profile_step /tmp/flash --prefill 8192 --chunks $chunks --steps 2 \
+      > $o/prefill_8192_$pf.txt 2>&1
+    el "prefill, switches $pf: rc=$?"; grep -hE "^prefill|failed" $o/prefill_2048_$pf.txt $o/prefill_8192_$pf.txt 2>/dev/null
   done
-  sed -n '/^per kernel/,/^total/p' $o/prefill_8192_off.txt | head -24
-  sed -n '/^per kernel/,/^total/p' $o/prefill_8192_on.txt | head -24
+  table=8192; [ -n "${CORE:-}" ] && table=2048
+  sed -n '/^per kernel/,/^total/p' $o/prefill_${table}_off.txt | head -24
+  sed -n '/^per kernel/,/^total/p' $o/prefill_${table}_on.txt | head -24
 fi
 if [ "${GEMV:-1}" = 1 ]; then
   timeout 150 /tmp/hb/bench_gemv --quick > $o/bench_gemv.txt 2>&1; el "bench_gemv rc=$?"
