@@ -100,19 +100,7 @@ __device__ inline void gemm_mma_stash(uint8_t *stage, const gemm_mma_regs<FP8> &
 #pragma unroll
     for (int j = 0; j < 2; j++) {
         const int i = threadIdx.x + j * GEMM_MMA_THREADS, row = i / 8, c = (i % 8) * 8;
-        uint4 v = r.x[j];
-        if (FP8) {
-            float f[8];
-            cuda_bf16x8_to_float(v, f);
-            uint32_t o[4];
-#pragma unroll
-            for (int p = 0; p < 4; p++) {
-                const int a = (p & ~1) * 2 + (p & 1), b = a + 2;   /* pairs (0, 2), (1, 3), (4, 6), (5, 7) */
-                __nv_bfloat162 h = __floats2bfloat162_rn(f[a] * GEMV_MMA_X_SCALE, f[b] * GEMV_MMA_X_SCALE);
-                o[p] = *reinterpret_cast<uint32_t *>(&h);
-            }
-            v = make_uint4(o[0], o[1], o[2], o[3]);
-        }
+        const uint4 v = FP8 ? gemv_mma_x8_for_fp8<false>(r.x[j]) : r.x[j];
         uint2 *to = reinterpret_cast<uint2 *>(xs + row * GEMM_MMA_X_LD + c);   /* rows are 8-byte aligned */
         to[0] = make_uint2(v.x, v.y);
         to[1] = make_uint2(v.z, v.w);

@@ -172,6 +172,22 @@ __device__ inline void gemv_mma_load(gemv_mma_step<FP8, R, U> &s, const gemv_mma
     }
 }
 
+/* 8 consecutive BF16 x values as an FP8 weight's MMA reads them: times 2^64, and (bit-placed codes, !HW_CVT) each
+ * 4 in the order 0, 2, 1, 3. gemv_mma_stage_x and gemm_mma.cuh's staging share it. */
+template <bool HW_CVT>
+__device__ inline uint4 gemv_mma_x8_for_fp8(uint4 v) {
+    float f[8];
+    cuda_bf16x8_to_float(v, f);
+    uint32_t o[4];
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const int a = HW_CVT ? 2 * j : (j & ~1) * 2 + (j & 1), b = HW_CVT ? a + 1 : a + 2;
+        __nv_bfloat162 h = __floats2bfloat162_rn(f[a] * GEMV_MMA_X_SCALE, f[b] * GEMV_MMA_X_SCALE);
+        o[j] = *reinterpret_cast<uint32_t *>(&h);
+    }
+    return make_uint4(o[0], o[1], o[2], o[3]);
+}
+
 /* Stages x[0..M, k0 .. k0 + slab) (rows M..MS zero) into xs [MS, ld] BF16, times 2^64 for FP8 weights (with the
  * bit-placed codes each 4 columns in the order 0, 2, 1, 3). Every thread of the block takes part; no barrier. */
 template <bool FP8, bool HW_CVT>
@@ -182,18 +198,7 @@ __device__ inline void gemv_mma_stage_x(__nv_bfloat16 *xs, int ld, const __nv_bf
         uint4 v = make_uint4(0, 0, 0, 0);
         if (m < M) {
             v = *reinterpret_cast<const uint4 *>(x + (size_t)m * K + k0 + c);
-            if (FP8) {
-                float f[8];
-                cuda_bf16x8_to_float(v, f);
-                uint32_t o[4];
-#pragma unroll
-                for (int j = 0; j < 4; j++) {
-                    const int a = HW_CVT ? 2 * j : (j & ~1) * 2 + (j & 1), b = HW_CVT ? a + 1 : a + 2;
-                    __nv_bfloat162 h = __floats2bfloat162_rn(f[a] * GEMV_MMA_X_SCALE, f[b] * GEMV_MMA_X_SCALE);
-                    o[j] = *reinterpret_cast<uint32_t *>(&h);
-                }
-                v = make_uint4(o[0], o[1], o[2], o[3]);
-            }
+            if (FP8) v = gemv_mma_x8_for_fp8<HW_CVT>(v);
         }
         *reinterpret_cast<uint4 *>(xs + (size_t)m * ld + c) = v;
     }
