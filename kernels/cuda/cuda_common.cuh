@@ -76,7 +76,7 @@ struct cuda_backend {
     bool            gemv_stream;        /* the streaming tensor-core GEMV, GLM53_CUDA_GEMV_STREAM */
     bool            pdl;                /* programmatic dependent launch where a kernel supports it, GLM53_CUDA_PDL */
     bool            kda_sequences;      /* the fused KDA op, GLM53_CUDA_KDA_SEQUENCES (off: the op-by-op chain) */
-    bool            grouped_experts;    /* prefill experts grouped on the device, on tensor cores, GLM53_CUDA_GROUPED_EXPERTS */
+    bool            grouped_experts;    /* prefill experts grouped on the device, GLM53_CUDA_GROUPED_EXPERTS */
 };
 
 static inline cuda_backend *cuda_impl(glm53_backend *be) { return (cuda_backend *)be->impl; }

@@ -45,11 +45,16 @@ enum {
     GEMM_MMA_C_LD = 128 + 4,      /* result row, floats */
 };
 
+/* One stage of shared memory: x [64][X_LD] BF16 (GEMM_MMA_X_BYTES), then w [128][64] FP8 or BF16. */
+constexpr size_t GEMM_MMA_X_BYTES = (size_t)GEMM_MMA_BM * GEMM_MMA_X_LD * 2;
+__host__ __device__ constexpr size_t gemm_mma_stage_bytes(bool fp8) {
+    return GEMM_MMA_X_BYTES + (size_t)GEMM_MMA_BN * GEMM_MMA_BK * (fp8 ? 1 : 2);
+}
+
 /* Dynamic shared memory: two stages of x and w, or the result tile, whichever is larger. */
 static inline size_t gemm_mma_smem(bool fp8) {
-    const size_t stage = (size_t)GEMM_MMA_BM * GEMM_MMA_X_LD * 2 + (size_t)GEMM_MMA_BN * GEMM_MMA_BK * (fp8 ? 1 : 2);
     const size_t result = (size_t)GEMM_MMA_BM * GEMM_MMA_C_LD * 4;
-    return 2 * stage > result ? 2 * stage : result;
+    return 2 * gemm_mma_stage_bytes(fp8) > result ? 2 * gemm_mma_stage_bytes(fp8) : result;
 }
 
 /* One block tile's operands: x rows (row r of the tile is x + x_row[r] * ldx, x_row[r] < 0: a zero row) and the
@@ -96,7 +101,7 @@ __device__ inline void gemm_mma_fetch(gemm_mma_regs<FP8> &r, const gemm_mma_tile
 template <bool FP8>
 __device__ inline void gemm_mma_stash(uint8_t *stage, const gemm_mma_regs<FP8> &r) {
     __nv_bfloat16 *xs = reinterpret_cast<__nv_bfloat16 *>(stage);
-    uint8_t *ws = stage + GEMM_MMA_BM * GEMM_MMA_X_LD * 2;
+    uint8_t *ws = stage + GEMM_MMA_X_BYTES;
 #pragma unroll
     for (int j = 0; j < 2; j++) {
         const int i = threadIdx.x + j * GEMM_MMA_THREADS, row = i / 8, c = (i % 8) * 8;
@@ -119,7 +124,7 @@ template <bool FP8>
 __device__ inline void gemm_mma_step(float (&acc)[2][4][4], const uint8_t *stage, const float (&scale)[4], int wm,
                                      int wn, int g, int q) {
     const __nv_bfloat16 *xs = reinterpret_cast<const __nv_bfloat16 *>(stage);
-    const uint8_t *ws = stage + GEMM_MMA_BM * GEMM_MMA_X_LD * 2;
+    const uint8_t *ws = stage + GEMM_MMA_X_BYTES;
     constexpr int ROW_BYTES = FP8 ? 64 : 128, CHUNK = FP8 ? 64 : 32, STEPS = FP8 ? 4 : 2, CH = FP8 ? 16 : 8;
 #pragma unroll
     for (int k = 0; k < GEMM_MMA_BK; k += CHUNK) {
@@ -172,8 +177,9 @@ __device__ inline void gemm_mma_step(float (&acc)[2][4][4], const uint8_t *stage
  * of; the caller gives it (it knows where a row comes from). Every thread of the block must call it. */
 template <bool FP8>
 __device__ inline const float *gemm_mma_block(uint8_t *smem, const gemm_mma_tile &t, const int64_t (&x_row)[2]) {
-    constexpr size_t STAGE = (size_t)GEMM_MMA_BM * GEMM_MMA_X_LD * 2 + (size_t)GEMM_MMA_BN * GEMM_MMA_BK * (FP8 ? 1 : 2);
-    const int lane = threadIdx.x & 31, warp = threadIdx.x / 32, wm = warp % 2, wn = warp / 2, g = lane / 4, q = lane % 4;
+    constexpr size_t STAGE = gemm_mma_stage_bytes(FP8);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x / 32, g = lane / 4, q = lane % 4;
+    const int wm = warp % 2, wn = warp / 2;   /* this warp's 32 rows and 32 weight rows of the tile */
     const bool second = wn >= 2;   /* the weight half of this warp's 32 rows (selects: see gemm_mma_fetch) */
     const weight_ref w = second ? t.w[1] : t.w[0];
     const int64_t tile_row0 = (second ? t.n[1] : t.n[0]) + (wn % 2) * 32, end = second ? t.end[1] : t.end[0];
@@ -195,10 +201,12 @@ __device__ inline const float *gemm_mma_block(uint8_t *smem, const gemm_mma_tile
 #pragma unroll
             for (int ni = 0; ni < 4; ni++) {
                 const int64_t row = tile_row0 + ni * 8;
-                scale[ni] = (w.scale && row < end
-                                 ? w.scale[(row / w.block_rows) * w.scale_stride + (int64_t)s * GEMM_MMA_BK / w.block_cols]
-                                 : 1.0f) *
-                            GEMV_MMA_UNSCALE;
+                float block_scale = 1.0f;   /* no scale: block_rows and block_cols are not set */
+                if (w.scale && row < end) {
+                    const int64_t k_block = (int64_t)s * GEMM_MMA_BK / w.block_cols;
+                    block_scale = w.scale[(row / w.block_rows) * w.scale_stride + k_block];
+                }
+                scale[ni] = block_scale * GEMV_MMA_UNSCALE;
             }
         }
         gemm_mma_step<FP8>(acc, smem + (s % 2) * STAGE, scale, wm, wn, g, q);

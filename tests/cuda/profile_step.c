@@ -51,20 +51,22 @@ static int fail(const char *what) {
     return 1;
 }
 
-/* One fresh sequence takes `n` prompt tokens in chunks of `chunk`; returns the wall time in ms, or -1. */
-static double prefill_once(glm53_model *m, int32_t n, int32_t chunk, int32_t *tokens, float *logits) {
+/* One fresh sequence takes `n` prompt tokens in chunks of `chunk`; returns the wall time in ms, or -1. Each step
+ * returns its last row's greedy token (top_k 1), as a prompt's chunks before generation do. */
+static double prefill_once(glm53_model *m, int32_t n, int32_t chunk, int32_t *tokens) {
     const int32_t V = glm53_model_config_get(m)->text.vocab_size;
     glm53_seq_params sp = glm53_seq_default_params();
     sp.max_tokens = n + 16;
     glm53_seq *seq = NULL;
     if (glm53_seq_create(m, &sp, &seq) != GLM53_OK) return -1.0;
     for (int32_t i = 0; i < n; i++) tokens[i] = (int32_t)((i * 7919 + 17) % (V > 200 ? 200 : V));
-    glm53_step_output out = {.logits = logits, .capacity = 1};
+    int32_t next = -1;
+    glm53_step_output out = {.capacity = 1, .top_k = 1, .top_ids = &next};
     double t0 = now_ms();
     for (int32_t done = 0; done < n;) {
         int32_t rows = n - done < chunk ? n - done : chunk;
         glm53_batch b = {.n_seqs = 1, .seqs = &seq, .n_rows = &rows, .tokens = tokens + done};
-        if (glm53_model_step(m, &b, &out) != GLM53_OK) {   /* the logits of the last row arrive: the step is done */
+        if (glm53_model_step(m, &b, &out) != GLM53_OK) {   /* the token arrives when the step is done */
             glm53_seq_free(seq);
             return -1.0;
         }
@@ -78,9 +80,7 @@ static double prefill_once(glm53_model *m, int32_t n, int32_t chunk, int32_t *to
 /* --prefill: see the purpose block. */
 static int profile_prefill(glm53_model *m, const char *dir, int32_t n, const char *chunks, int repeats) {
     glm53_backend *be = m->ranks[0].be;
-    const int32_t V = glm53_model_config_get(m)->text.vocab_size;
     int32_t *tokens = malloc((size_t)n * sizeof *tokens);
-    float *logits = malloc((size_t)V * sizeof *logits);
     double *times = malloc((size_t)repeats * sizeof *times);
     int32_t sizes[16], n_sizes = 0, failed = 0;
     for (const char *c = chunks; c && *c && n_sizes < 16; c = strchr(c, ',') ? strchr(c, ',') + 1 : "") {
@@ -88,11 +88,11 @@ static int profile_prefill(glm53_model *m, const char *dir, int32_t n, const cha
         sizes[n_sizes++] = chunk < 1 || chunk > n ? n : chunk;
     }
     if (n_sizes == 0) sizes[n_sizes++] = n;
-    if (prefill_once(m, n < 64 ? n : 64, 64, tokens, logits) < 0) return fail("warm-up prefill");
+    if (prefill_once(m, n < 64 ? n : 64, 64, tokens) < 0) return fail("warm-up prefill");
     printf("%s: prefill of %d tokens, %d runs per figure\n", dir, n, repeats);
     for (int k = 0; k < n_sizes; k++) {
         int ok = 1;
-        for (int r = 0; ok && r < repeats; r++) ok = (times[r] = prefill_once(m, n, sizes[k], tokens, logits)) >= 0;
+        for (int r = 0; ok && r < repeats; r++) ok = (times[r] = prefill_once(m, n, sizes[k], tokens)) >= 0;
         if (ok) {
             double ms = median(times, repeats);
             printf("prefill %d tokens, chunks of %d: %.2f ms (median), %.0f tokens/s\n", n, sizes[k], ms, 1e3 * n / ms);
@@ -104,12 +104,12 @@ static int profile_prefill(glm53_model *m, const char *dir, int32_t n, const cha
     }
     if (be->ops->profile_start && be->ops->profile_report) {
         if (be->ops->profile_start(be) != GLM53_OK) return fail("profile_start");
-        double ms = prefill_once(m, n, sizes[0], tokens, logits);
-        printf("\nper kernel, one prefill of %d tokens in chunks of %d (%.2f ms with an event per launch):\n", n, sizes[0],
-               ms);
+        double ms = prefill_once(m, n, sizes[0], tokens);
+        printf("\nper kernel, one prefill of %d tokens in chunks of %d (%.2f ms with an event per launch):\n", n,
+               sizes[0], ms);
         if (be->ops->profile_report(be, stdout) != GLM53_OK) return fail("profile_report");
     }
-    free(tokens), free(logits), free(times);
+    free(tokens), free(times);
     return failed;
 }
 

@@ -271,8 +271,9 @@ end
 
 -- Batched decode: for each N of --batch, the best mean time of a decode step over N sequences (one row each), after
 -- each sequence prefilled its own prompt (the first --prompt ids rotated by its index, so no two are equal). Only
--- m:step is timed; each row's next token is its greedy output, chosen on the device (top_k = 1). One more, untimed run records the
--- routed experts of every row (sequence capture), so the floor counts the union of experts each step read.
+-- m:step is timed; each row's next token is its greedy output, chosen on the device (top_k = 1). One more, untimed
+-- run records the routed experts of every row (sequence capture), so the floor counts the union of experts each
+-- step read.
 function M.batched(args, ctx, prompt, bandwidth)
     local ffi = require("ffi")
     local clock = require("glm53.util.clock")
