@@ -165,6 +165,13 @@ struct held_range {
     __device__ bool holds(int32_t e) const { return n == 0 || (e >= first && e < first + n); }
 };
 
+/* Whether this rank computes a slot routed to expert e: a used slot (e >= 0) of an expert it holds whose weights
+ * it has. A held id outside the table or without weights is a fault, recorded by the pass that meets it first
+ * (gate/up, or the grouped count); the other passes skip such a slot. */
+__device__ inline bool expert_computed(int32_t e, const cuda_expert *experts, int32_t n_experts, held_range held) {
+    return e >= 0 && held.holds(e) && e < n_experts && experts[e].gate.data != nullptr;
+}
+
 /* What prepare_experts leaves in glm53_expert_set.device. */
 struct cuda_expert_table {
     cuda_expert *experts;   /* device [n_experts] */
@@ -229,7 +236,7 @@ expert_down_kernel(float *out, act_in h, const int32_t *ids, const cuda_expert *
     const int64_t slot = blockIdx.y, d = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     const int lane = threadIdx.x & 31;
     const int32_t e = ids[slot];
-    if (e < 0 || !held.holds(e) || e >= n_experts || !experts[e].gate.data || d >= D) return;   /* faults: gate_up */
+    if (!expert_computed(e, experts, n_experts, held) || d >= D) return;   /* faults: gate_up */
     const cuda_expert &ex = experts[e];
     float acc[1] = {0.0f};
     gemv_lane_partials<1>(acc, ex.down, d, h, slot * F, 1, ex.width, gemv_vec16(ex.down, ex.width), lane);
@@ -246,7 +253,7 @@ expert_down_mma_kernel(float *out, const __nv_bfloat16 *h, const int32_t *ids, c
     extern __shared__ __align__(16) uint8_t expert_smem[];
     const int64_t slot = blockIdx.y, d0 = (int64_t)blockIdx.x * 16;
     const int32_t e = ids[slot];
-    if (e < 0 || !held.holds(e) || e >= n_experts || !experts[e].gate.data) return;   /* faults: gate_up */
+    if (!expert_computed(e, experts, n_experts, held)) return;   /* faults: gate_up */
     const cuda_expert &ex = experts[e];
     const weight_ref tile_w[2] = {ex.down, ex.down};
     const int64_t tile_row[2] = {d0, d0 + 8}, tile_end[2] = {D, D};
@@ -273,7 +280,7 @@ struct expert_tiles_common {
     /* expert of `slot` when this rank computes it with weights, else NULL */
     __device__ const cuda_expert *expert_of(int64_t slot) const {
         const int32_t e = ids[slot];
-        if (e < 0 || !held.holds(e) || e >= n_experts || !experts[e].gate.data) return nullptr;
+        if (!expert_computed(e, experts, n_experts, held)) return nullptr;
         return &experts[e];
     }
 };
@@ -679,24 +686,14 @@ struct expert_groups {
     int32_t *place;        /* [slots] ordered position of slot s, -1: not computed here */
 };
 
-/* Whether this rank computes slot s's expert e (records a fault for an expert it should hold but has no weights). */
-__device__ inline bool grouped_slot_used(int32_t e, const cuda_expert *experts, int32_t n_experts, held_range held,
-                                         int64_t slot, cuda_fault *fault) {
-    if (e < 0 || !held.holds(e)) return false;
-    if (e >= n_experts || !experts[e].gate.data) {
-        cuda_record_fault(fault, CUDA_FAULT_MOE_EXPERTS, slot, e, n_experts);
-        return false;
-    }
-    return true;
-}
-
 /* ids [slots] (this chunk's); slot0: the chunk's first slot in the call (for the fault's position). */
 __global__ void grouped_count_kernel(expert_groups gr, const int32_t *ids, const cuda_expert *experts,
                                      int32_t n_experts, held_range held, int64_t slots, int64_t slot0,
                                      cuda_fault *fault) {
     GRID_STRIDE(s, slots) {
         const int32_t e = ids[s];
-        if (grouped_slot_used(e, experts, n_experts, held, slot0 + s, fault)) atomicAdd(&gr.count[e], 1);
+        if (expert_computed(e, experts, n_experts, held)) atomicAdd(&gr.count[e], 1);
+        else if (e >= 0 && held.holds(e)) cuda_record_fault(fault, CUDA_FAULT_MOE_EXPERTS, slot0 + s, e, n_experts);
     }
 }
 
@@ -721,7 +718,7 @@ __global__ void grouped_place_kernel(expert_groups gr, const int32_t *ids, const
                                      int32_t n_experts, held_range held, int64_t slots, int64_t row0, int64_t K) {
     GRID_STRIDE(s, slots) {
         const int32_t e = ids[s];
-        if (e < 0 || !held.holds(e) || e >= n_experts || !experts[e].gate.data) {
+        if (!expert_computed(e, experts, n_experts, held)) {
             gr.place[s] = -1;
             continue;
         }

@@ -300,6 +300,13 @@ function Batch:set_logits(on)
     self.logits_off = not on
 end
 
+-- Turns the top-k outputs of the next steps off (false) or back on (true), for a batch made with top_k: a step
+-- whose tokens come from its logits rows then does not select them.
+function Batch:set_top(on)
+    if not self.top_ids_buf then error("batch:set_top: the batch was made without top_k", 2) end
+    self.top_off = not on
+end
+
 function Batch:hidden(i)
     return self.hidden_buf and self.hidden_buf + output_row(self, i, "hidden") * self.model.hidden_size or nil
 end
@@ -308,6 +315,7 @@ end
 -- first (ties: the lower id), and top_k. Valid until the next step on this batch.
 function Batch:top(i)
     if not self.top_ids_buf then error("batch:top: the batch was made without top_k", 2) end
+    if self.top_off then error("batch:top: the batch's steps run without top-k outputs (batch:set_top)", 2) end
     local at = output_row(self, i, "top") * self.top_k
     return self.top_ids_buf + at, self.top_logits_buf + at, self.top_k
 end
@@ -315,6 +323,7 @@ end
 -- Output row i's greedy token (its top-1 id over the valid ids), a Lua number; needs top_k >= 1.
 function Batch:greedy(i)
     if not self.top_ids_buf then error("batch:greedy: the batch was made without top_k", 2) end
+    if self.top_off then error("batch:greedy: the batch's steps run without top-k outputs (batch:set_top)", 2) end
     return tonumber(self.top_ids_buf[output_row(self, i, "greedy") * self.top_k])
 end
 
@@ -338,7 +347,7 @@ local function prepare(self, batch, what)
     c.want_output = batch.want
     out.logits = not batch.logits_off and batch.logits_buf or nil
     out.hidden = batch.hidden_buf
-    out.top_k, out.top_n_valid = batch.top_k, batch.n_valid
+    out.top_k, out.top_n_valid = not batch.top_off and batch.top_k or 0, batch.n_valid
     out.top_ids, out.top_logits = batch.top_ids_buf, batch.top_logits_buf
     out.capacity = batch.cap_out
     return c, out

@@ -247,8 +247,8 @@ function M.new(m, opts)
         force_acceptance = force,
         streams = {},                 -- active streams, in add order
         stats = new_stats(k),
-        -- Target rows: logits, and each row's greedy token chosen on the device (top_k 1 over the ids the
-        -- default sampling may produce), which a round of plain greedy streams uses instead (Driver:_device_greedy).
+        -- Target rows: logits, or (a round of plain greedy streams, Driver:_device_greedy) each row's greedy token
+        -- chosen on the device (top_k 1 over the ids the default sampling may produce).
         vb = m:batch({ rows = vb_rows, seqs = max_seqs, outputs = vb_rows, hidden = k > 0, top_k = 1,
                        n_valid = valid_ids(sampling, V) }),
         greedy_n_valid = valid_ids(sampling, V),
@@ -907,7 +907,8 @@ function Driver:_draft(list)
         base = base + s.hid_n
         db_greedy = db_greedy and s.draft == nil and self:_plain_greedy(s)
     end
-    self.db:set_logits(not db_greedy)
+    self.db:set_logits(not db_greedy)   -- one or the other: the rows, or their top-1
+    self.db:set_top(db_greedy)
     local ok, err = self:_catch_up(catch, first, counts)
     if not ok then return nil, err end
     for _, s in ipairs(catch) do s.hid_n = 0 end
@@ -1099,7 +1100,8 @@ function Driver:_round()
         base, budget = base + c, budget - c
     end
     self.vb_greedy = self:_device_greedy(list, chunks)
-    vb:set_logits(not self.vb_greedy)
+    vb:set_logits(not self.vb_greedy)   -- one or the other: the rows, or their top-1
+    vb:set_top(self.vb_greedy)
     local ok, err = self:_step(vb)
     if not ok then return nil, err end
 
