@@ -79,9 +79,11 @@ glm53_status cuda_smem_optin(cuda_backend *cb, const void *kernel, size_t bytes,
     return GLM53_OK;
 }
 
-/* The performance switches' defaults: off until a GPU run of this tree has checked them (decode_ab.sh). */
-static const bool CUDA_DEFAULT_GEMV_STREAM = false, CUDA_DEFAULT_PDL = false, CUDA_DEFAULT_KDA_SEQUENCES = false,
-                  CUDA_DEFAULT_GROUPED_EXPERTS = false;
+/* The performance switches' defaults: on since the H100 run of 2026-12-07 checked and timed them
+ * (tests/cuda/h200/decode_ab.sh; docs/performance.md). GLM53_CUDA_<NAME>=0 turns one off, for an A/B or a
+ * suspected kernel. */
+static const bool CUDA_DEFAULT_GEMV_STREAM = true, CUDA_DEFAULT_PDL = true, CUDA_DEFAULT_KDA_SEQUENCES = true,
+                  CUDA_DEFAULT_GROUPED_EXPERTS = true;
 
 glm53_status cuda_blocks_per_sm(cuda_backend *cb, const void *kernel, int threads, size_t smem, int *blocks) {
     for (int32_t i = 0; i < cb->n_occupancy; i++)
