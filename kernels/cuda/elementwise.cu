@@ -34,6 +34,7 @@ __global__ void unary_kernel(act_out y, act_in x, int64_t n, glm53_unary_op op) 
 /* y[M,N] = a[M,N] op b, b either [M,N] or a row [N] (broadcast). */
 __global__ void binary_kernel(act_out y, act_in a, act_in b, int64_t n, int64_t N, bool b_broadcast,
                               glm53_binary_op op) {
+    cuda_pdl_begin();
     GRID_STRIDE(i, n) {
         float bv = b[b_broadcast ? i % N : i];
         y.store(i, op == GLM53_BINARY_ADD ? a[i] + bv : a[i] * bv);
@@ -42,6 +43,7 @@ __global__ void binary_kernel(act_out y, act_in a, act_in b, int64_t n, int64_t 
 
 /* y = alpha x + beta y; beta == 0 never reads y (it may be uninitialised, and 0 * NaN is NaN). */
 __global__ void axpby_kernel(act_out y, act_in x, act_in y_old, int64_t n, float alpha, float beta) {
+    cuda_pdl_begin();
     GRID_STRIDE(i, n) {
         float v = alpha * x[i];
         if (beta != 0.0f) v += beta * y_old[i];
@@ -84,8 +86,8 @@ glm53_status cuda_binary(glm53_backend *be, glm53_tensor *y, const glm53_tensor 
     assert(b_broadcast || glm53_tensor_numel(b) == n);
     GLM53_TRY(cuda_enter(cb));
     if (n == 0) return GLM53_OK;
-    binary_kernel<<<cuda_blocks_for(n, EW_THREADS), EW_THREADS, 0, cb->stream>>>(
-        cuda_act_out(y), cuda_act_in(a), cuda_act_in(b), n, N, b_broadcast, op);
+    CUDA_TRY(cuda_launch(cb, binary_kernel, cuda_blocks_for(n, EW_THREADS), EW_THREADS, 0, cb->pdl, cuda_act_out(y),
+                         cuda_act_in(a), cuda_act_in(b), n, N, b_broadcast, op));
     CUDA_LAUNCHED("binary");
     return GLM53_OK;
 }
@@ -96,8 +98,8 @@ glm53_status cuda_axpby(glm53_backend *be, glm53_tensor *y, const glm53_tensor *
     GLM53_TRY(cuda_enter(cb));
     int64_t n = glm53_tensor_numel(x);
     if (n == 0) return GLM53_OK;
-    axpby_kernel<<<cuda_blocks_for(n, EW_THREADS), EW_THREADS, 0, cb->stream>>>(
-        cuda_act_out(y), cuda_act_in(x), cuda_act_in(y), n, alpha, beta);
+    CUDA_TRY(cuda_launch(cb, axpby_kernel, cuda_blocks_for(n, EW_THREADS), EW_THREADS, 0, cb->pdl, cuda_act_out(y),
+                         cuda_act_in(x), cuda_act_in(y), n, alpha, beta));
     CUDA_LAUNCHED("axpby");
     return GLM53_OK;
 }

@@ -61,6 +61,7 @@ __global__ void conv1d_causal_kernel(act_out y, act_in x, weight_ref w, int64_t 
  *   else:         g = -exp(A_log[h]) * softplus(f + dt_bias) */
 __global__ void kda_gate_kernel(float *g, act_in f, weight_ref A_log, weight_ref dt_bias, int64_t N, int64_t C,
                                 int64_t dk, bool has_lower_bound, float lower_bound) {
+    cuda_pdl_begin();
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < N * C; i += (int64_t)gridDim.x * blockDim.x) {
         int64_t ch = i % C;
         float rate = expf(A_log.at(0, ch / dk)), u = f[i] + dt_bias.at(0, ch);
@@ -160,6 +161,7 @@ enum { KDA_FEW_ROWS = 16, KDA_FEW_COLS = 32, KDA_FEW_SPLIT = 4, KDA_FEW_MAX_QUAR
 __global__ void __launch_bounds__(KDA_FEW_COLS * KDA_FEW_SPLIT)
 kda_recurrent_few_kernel(act_out o, act_in q, act_in k, act_in v, const float *g, const float *beta,
                          const __grid_constant__ kda_rec_table seqs, int64_t H, int64_t dk, int64_t dv) {
+    cuda_pdl_begin();
     extern __shared__ float few_smem[];
     __shared__ float beta_t;
     const kda_rec_seq &sq = seqs.seq[blockIdx.z];
@@ -258,6 +260,7 @@ struct kda_conv_args {
  * squares, which changes no bit. */
 __global__ void __launch_bounds__(KDA_MAX_WIDTH)
 kda_conv_prep_kernel(const __grid_constant__ kda_conv_args a, const __grid_constant__ kda_conv_table seqs) {
+    cuda_pdl_begin();
     const kda_conv_seq &sq = seqs.seq[blockIdx.z];
     const int part = (int)(blockIdx.x % 3);
     const int64_t h = blockIdx.x / 3, t0 = (int64_t)blockIdx.y * KDA_CONV_ROWS;
@@ -335,9 +338,8 @@ glm53_status cuda_kda_gate(glm53_backend *be, glm53_tensor *g, const glm53_tenso
     GLM53_TRY(cuda_weight_ref(dt_bias, &dr, "kda_gate"));
     GLM53_TRY(cuda_enter(cb));
     if (N * C == 0) return GLM53_OK;
-    kda_gate_kernel<<<cuda_blocks_for(N * C, 256), 256, 0, cb->stream>>>((float *)g->data, cuda_act_in(f), ar, dr, N,
-                                                                         C, C / heads, has_lower_bound != 0,
-                                                                         lower_bound);
+    CUDA_TRY(cuda_launch(cb, kda_gate_kernel, cuda_blocks_for(N * C, 256), 256, 0, cb->pdl, (float *)g->data,
+                         cuda_act_in(f), ar, dr, N, C, C / heads, has_lower_bound != 0, lower_bound));
     CUDA_LAUNCHED("kda_gate");
     return GLM53_OK;
 }
@@ -360,8 +362,8 @@ static glm53_status kda_recurrent_launch(cuda_backend *cb, bool few, act_out o, 
                                          int64_t H, int64_t dk, int64_t dv, const char *what) {
     if (few) {
         const dim3 grid((unsigned)H, (unsigned)((dv + KDA_FEW_COLS - 1) / KDA_FEW_COLS), (unsigned)n);
-        kda_recurrent_few_kernel<<<grid, KDA_FEW_COLS * KDA_FEW_SPLIT, (size_t)(3 * dk) * sizeof(float), cb->stream>>>(
-            o, q, k, v, g, beta, seqs, H, dk, dv);
+        CUDA_TRY(cuda_launch(cb, kda_recurrent_few_kernel, grid, KDA_FEW_COLS * KDA_FEW_SPLIT,
+                             (size_t)(3 * dk) * sizeof(float), cb->pdl, o, q, k, v, g, beta, seqs, H, dk, dv));
     } else {
         const size_t smem = kda_sequential_smem(dk, dv);
         GLM53_TRY(cuda_smem_optin(cb, (const void *)kda_recurrent_kernel, smem, what));
@@ -493,7 +495,7 @@ glm53_status cuda_kda_sequences(glm53_backend *be, glm53_tensor *o, const glm53_
         }
         if (n_conv == 0) continue;
         const dim3 grid((unsigned)(3 * H), (unsigned)((max_rows + KDA_CONV_ROWS - 1) / KDA_CONV_ROWS), (unsigned)n_conv);
-        kda_conv_prep_kernel<<<grid, conv_threads, 0, cb->stream>>>(args, conv);
+        CUDA_TRY(cuda_launch(cb, kda_conv_prep_kernel, grid, conv_threads, 0, cb->pdl, args, conv));
         CUDA_LAUNCHED("kda_sequences (conv)");
         if (n_few > 0)
             GLM53_TRY(kda_recurrent_launch(cb, true, o_out, q_in, k_in, v_in, g_in, beta_in, few, n_few, H, dk, dv,

@@ -3,15 +3,23 @@
  * compression, scoring of closed pools, and the per-row selection of positions.
  *
  * kpool_compress: one thread per (pool, channel), a softmax over the P slots in F32.
- * kpool_score: a block per (query row, 32 pools); the row's Q [Hi, dI] and head weights sit in shared memory,
- *   a warp scores one pool at a time (the key read once into registers, a warp sum per head). A thread per
- *   pool, as before, ran 302 us per decode call at the real dims (a serial 4096-term loop per thread).
+ * kpool_score: a block per (query row, up to 32 pools); the row's Q [Hi, dI] and head weights sit in shared
+ *   memory, a warp scores one pool at a time (the key read once into registers, a warp sum per head, 8 heads'
+ *   sums interleaved). A thread per pool, as before, ran 302 us per decode call at the real dims (a serial
+ *   4096-term loop per thread). At decode (one row, ~513 pools) the launch was 17 blocks whose warps each ran 4
+ *   pools x 32 heads of dependent shuffle chains, after staging Q one dependent load at a time: 21.6 us on an
+ *   H100. A small grid now takes 1 pool per warp (65 blocks), Q comes in 16-byte loads, and a warp keeps 8
+ *   heads' butterflies in flight; the arithmetic per score is unchanged, so are its bits.
  * kpool_select: a block per query row. When every closed pool fits the budget the answer is 0 .. G*P-1.
- *   Otherwise a radix select over the scores' order-preserving 32-bit keys (four passes of 8 bits, a shared
- *   histogram each) finds the key of the n_select-th best pool and how many pools with exactly that key are
- *   still needed; one more ordered pass keeps every pool above that key and the lowest-index ones at it (ties
- *   to the lower pool, as the contract says), compacting them with block scans. The selected pools come out in
- *   ascending pool order (the contract fixes the set, not the order: the CPU backend emits its heap order).
+ *   Otherwise a radix select over the scores' order-preserving 32-bit keys (up to four passes of 8 bits, a
+ *   shared histogram each) finds the top bytes of the n_select-th best key and how many pools with exactly those
+ *   bytes are still needed; one more ordered pass keeps every pool above them and the lowest-index ones at them
+ *   (ties to the lower pool, as the contract says), compacting them with block scans. The selected pools come
+ *   out in ascending pool order (the contract fixes the set, not the order: the CPU backend emits its heap
+ *   order). At decode the old kernel (23.2 us on an H100, ~513 pools) was serial work inside one block: thread 0
+ *   walked up to 256 bins per pass, and the final pass ran two block scans per 256 pools. The bin is now found
+ *   by a block scan, the passes stop once the chosen bin holds exactly the keys still needed, and the final
+ *   pass is one scan per 1024 pools.
  */
 #include "kernels/cuda/cuda_common.cuh"
 
@@ -19,9 +27,12 @@
 
 enum {
     SCORE_THREADS = 256,
-    SCORE_POOLS = 32,      /* pools per kpool_score block: 4 per warp */
-    SCORE_KEY_REGS = 4,    /* key channels a lane keeps in registers: dI <= 128 */
+    SCORE_WARPS = SCORE_THREADS / 32,
+    SCORE_POOLS_PER_WARP = 4,   /* at most; fewer when the grid would be small */
+    SCORE_KEY_REGS = 4,         /* key channels a lane keeps in registers: dI <= 128 */
+    SCORE_HEADS = 8,            /* heads whose dot products a warp computes together */
     SELECT_THREADS = 256,
+    SELECT_ITEMS = 4,           /* pools a kpool_select thread loads at once, in every pass */
 };
 static const int64_t MAX_GRID_Y = 65535;   /* gridDim.y limit: longer score launches are split */
 
@@ -66,48 +77,91 @@ glm53_status cuda_kpool_compress(glm53_backend *be, glm53_tensor *pooled, const 
 /* ------------------------------------------------------------------------------------------------------------
  * kpool_score
  */
-/* grid (ceil(G / SCORE_POOLS), rows of this launch); row t = t0 + blockIdx.y; SCORE_THREADS / 32 warps, warp w
- * scores the pools g = blockIdx.x * SCORE_POOLS + w + k * (SCORE_THREADS / 32). Dynamic shared memory: Q_t [Hi*dI],
- * w_t [Hi]. For one pool the warp reads the key once (lane l holds channels l, l + 32, ... in registers when
- * dI <= 32 * SCORE_KEY_REGS), and per head the lanes' partial products are summed by cuda_warp_sum:
- *   scores[t][g] = sum_h w[t][h] relu(scale * Q[t,h] . pooled[g])  for g < n_closed[t], else -inf. */
-__global__ void __launch_bounds__(SCORE_THREADS)
+/* grid (ceil(G / (SCORE_WARPS * pools_per_warp)), rows of this launch); row t = t0 + blockIdx.y; warp w scores
+ * the pools g = blockIdx.x * SCORE_WARPS * pools_per_warp + w + j * SCORE_WARPS, j < pools_per_warp. Dynamic
+ * shared memory: Q_t [Hi*dI], w_t [Hi] (vec: Hi*dI % 8 == 0 and Q 16-byte aligned, so Q_t comes in 16-byte
+ * loads). For one pool the warp reads the key once (lane l holds channels l, l + 32, ... in registers when
+ * dI <= 32 * SCORE_KEY_REGS), and per head the lanes' partial products are summed by cuda_warp_sum's butterfly:
+ *   scores[t][g] = sum_h w[t][h] relu(scale * Q[t,h] . pooled[g])  for g < n_closed[t], else -inf,
+ * with the sum over h in order h = 0, 1, ... Heads go SCORE_HEADS at a time: their dot products are independent,
+ * so their partials and butterflies are interleaved (SCORE_HEADS shuffles in flight instead of one), and only
+ * then added to the sum, still in head order; every value is computed by the same operations as one head at a
+ * time, so the scores are bit for bit those of that order. Five blocks a multiprocessor cap it at 48 registers
+ * without spills (64 unbounded); with 8 heads in flight a warp needs occupancy less than registers. */
+__global__ void __launch_bounds__(SCORE_THREADS, 5)
 kpool_score_kernel(float *scores, act_in Q, const float *w, const float *pooled, const int32_t *n_closed,
-                   int64_t t0, int64_t G, int64_t Hi, int64_t dI, float scale) {
+                   int64_t t0, int64_t G, int64_t Hi, int64_t dI, float scale, int pools_per_warp, bool vec) {
+    cuda_pdl_begin();
     extern __shared__ float smem[];
     float *q_t = smem, *w_t = smem + Hi * dI;
     const int64_t t = t0 + blockIdx.y;
-    for (int64_t i = threadIdx.x; i < Hi * dI; i += blockDim.x) q_t[i] = Q[t * Hi * dI + i];
-    for (int64_t i = threadIdx.x; i < Hi; i += blockDim.x) w_t[i] = w[t * Hi + i];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int64_t pools_per_block = (int64_t)SCORE_WARPS * pools_per_warp;
+    const bool in_regs = dI <= 32 * SCORE_KEY_REGS;
+    const int64_t closed = n_closed[t];
+
+    /* The first pool's key is requested with n_closed and before Q is staged, so the loads overlap (pooled has
+     * at least G rows; the key of a pool that turns out not closed is simply not used). */
+    const int64_t g0 = (int64_t)blockIdx.x * pools_per_block + warp;
+    float kv[SCORE_KEY_REGS];
+#pragma unroll
+    for (int r = 0; r < SCORE_KEY_REGS; r++)
+        kv[r] = g0 < G && in_regs && lane + 32 * r < dI ? pooled[g0 * dI + lane + 32 * r] : 0.0f;
+
+    const int64_t HD = Hi * dI;
+    if (vec) {
+#pragma unroll 2
+        for (int64_t i = 8 * (int64_t)threadIdx.x; i < HD; i += 8 * SCORE_THREADS) {
+            float v[8];
+            cuda_act_load8(Q, t * HD + i, true, v);
+#pragma unroll
+            for (int e = 0; e < 8; e++) q_t[i + e] = v[e];
+        }
+    } else {
+#pragma unroll 4
+        for (int64_t i = threadIdx.x; i < HD; i += SCORE_THREADS) q_t[i] = Q[t * HD + i];
+    }
+    for (int64_t i = threadIdx.x; i < Hi; i += SCORE_THREADS) w_t[i] = w[t * Hi + i];
     __syncthreads();
 
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = SCORE_THREADS / 32;
-    const int64_t closed = n_closed[t];
-    const bool in_regs = dI <= 32 * SCORE_KEY_REGS;
-    for (int k = 0; k < SCORE_POOLS / n_warps; k++) {
-        const int64_t g = (int64_t)blockIdx.x * SCORE_POOLS + warp + (int64_t)k * n_warps;
+    for (int j = 0; j < pools_per_warp; j++) {
+        const int64_t g = g0 + (int64_t)j * SCORE_WARPS;
         if (g >= G) break;
         if (g >= closed) {
             if (lane == 0) scores[t * G + g] = -INFINITY;
             continue;
         }
         const float *key = pooled + g * dI;
-        float kv[SCORE_KEY_REGS];
+        if (j > 0) {
 #pragma unroll
-        for (int r = 0; r < SCORE_KEY_REGS; r++) kv[r] = in_regs && lane + 32 * r < dI ? key[lane + 32 * r] : 0.0f;
+            for (int r = 0; r < SCORE_KEY_REGS; r++) kv[r] = in_regs && lane + 32 * r < dI ? key[lane + 32 * r] : 0.0f;
+        }
         float s = 0.0f;
-        for (int64_t h = 0; h < Hi; h++) {
-            const float *qh = q_t + h * dI;
-            float part = 0.0f;
-            if (in_regs) {
+        for (int64_t h0 = 0; h0 < Hi; h0 += SCORE_HEADS) {
+            float part[SCORE_HEADS];
 #pragma unroll
-                for (int r = 0; r < SCORE_KEY_REGS; r++)
-                    if (lane + 32 * r < dI) part += qh[lane + 32 * r] * kv[r];
-            } else {
-                for (int64_t d = lane; d < dI; d += 32) part += qh[d] * key[d];
+            for (int hh = 0; hh < SCORE_HEADS; hh++) {
+                part[hh] = 0.0f;
+                if (h0 + hh >= Hi) continue;
+                const float *qh = q_t + (h0 + hh) * dI;
+                if (in_regs) {
+#pragma unroll
+                    for (int r = 0; r < SCORE_KEY_REGS; r++)
+                        if (lane + 32 * r < dI) part[hh] += qh[lane + 32 * r] * kv[r];
+                } else {
+                    for (int64_t d = lane; d < dI; d += 32) part[hh] += qh[d] * key[d];
+                }
             }
-            float dot = cuda_warp_sum(part) * scale;
-            s += w_t[h] * (dot > 0.0f ? dot : 0.0f);
+#pragma unroll
+            for (int offset = 16; offset > 0; offset >>= 1)   /* cuda_warp_sum, SCORE_HEADS at once */
+#pragma unroll
+                for (int hh = 0; hh < SCORE_HEADS; hh++) part[hh] += __shfl_xor_sync(0xffffffffu, part[hh], offset);
+#pragma unroll
+            for (int hh = 0; hh < SCORE_HEADS; hh++) {
+                if (h0 + hh >= Hi) break;
+                float dot = part[hh] * scale;
+                s += w_t[h0 + hh] * (dot > 0.0f ? dot : 0.0f);
+            }
         }
         if (lane == 0) scores[t * G + g] = s;
     }
@@ -127,12 +181,23 @@ glm53_status cuda_kpool_score(glm53_backend *be, glm53_tensor *scores, const glm
     if (T == 0 || G == 0) return GLM53_OK;
     size_t smem = (size_t)(Hi * dI + Hi) * sizeof(float);
     GLM53_TRY(cuda_smem_optin(cb, (const void *)kpool_score_kernel, smem, "kpool_score"));
+    /* SCORE_POOLS_PER_WARP pools per warp amortise the staging of Q over 32 pools a block, which is what many rows
+     * want; a launch that would not give every multiprocessor two blocks (decode: one row, ~513 pools, 17 blocks
+     * of 4 serial pools a warp) takes fewer pools per warp and more blocks instead. */
+    const int64_t rows0 = T < MAX_GRID_Y ? T : MAX_GRID_Y;
+    int pools_per_warp = SCORE_POOLS_PER_WARP;
+    int64_t pools_per_block = (int64_t)SCORE_WARPS * pools_per_warp;
+    while (pools_per_warp > 1 && rows0 * ((G + pools_per_block - 1) / pools_per_block) < 2 * (int64_t)cb->sm_count) {
+        pools_per_warp /= 2;
+        pools_per_block = (int64_t)SCORE_WARPS * pools_per_warp;
+    }
+    const bool vec = (Hi * dI) % 8 == 0 && (uintptr_t)Q->data % 16 == 0;
     for (int64_t t0 = 0; t0 < T; t0 += MAX_GRID_Y) {
         int64_t rows = T - t0 < MAX_GRID_Y ? T - t0 : MAX_GRID_Y;
-        dim3 grid((unsigned)((G + SCORE_POOLS - 1) / SCORE_POOLS), (unsigned)rows);
-        kpool_score_kernel<<<grid, SCORE_THREADS, smem, cb->stream>>>(
-            (float *)scores->data, cuda_act_in(Q), (const float *)w->data, (const float *)pooled->data,
-            (const int32_t *)n_closed->data, t0, G, Hi, dI, scale);
+        dim3 grid((unsigned)((G + pools_per_block - 1) / pools_per_block), (unsigned)rows);
+        CUDA_TRY(cuda_launch(cb, kpool_score_kernel, grid, SCORE_THREADS, smem, cb->pdl, (float *)scores->data,
+                             cuda_act_in(Q), (const float *)w->data, (const float *)pooled->data,
+                             (const int32_t *)n_closed->data, t0, G, Hi, dI, scale, pools_per_warp, vec));
         CUDA_LAUNCHED("kpool_score");
     }
     return GLM53_OK;
@@ -154,10 +219,12 @@ __device__ inline uint32_t score_key(float f) {
 __global__ void __launch_bounds__(SELECT_THREADS)
 kpool_select_kernel(int32_t *idx, const float *scores, const int32_t *pos, int64_t G, int64_t W, int32_t P,
                     int32_t n_select, bool with_tail, cuda_fault *fault) {
-    typedef cub::BlockScan<int32_t, SELECT_THREADS> scan_t;
+    cuda_pdl_begin();
+    static_assert(SELECT_THREADS == 256, "a thread per histogram bin");
+    typedef cub::BlockScan<uint32_t, SELECT_THREADS> scan_t;
     __shared__ typename scan_t::TempStorage scan_storage;
     __shared__ uint32_t hist[256];
-    __shared__ uint32_t chosen_prefix, chosen_remaining;
+    __shared__ uint32_t chosen_prefix, chosen_remaining, chosen_count;
 
     const int64_t t = blockIdx.x;
     int32_t *out = idx + t * W;
@@ -173,50 +240,72 @@ kpool_select_kernel(int32_t *idx, const float *scores, const int32_t *pos, int64
         if (threadIdx.x == 0) cuda_record_fault(fault, CUDA_FAULT_KPOOL_SELECT, t, closed, G + 1);
     } else {
         /* Radix select, most significant byte first: after the pass of byte b, `prefix` holds the top bytes of
-         * the n_select-th best key and `remaining` how many keys with exactly those top bytes are still needed. */
+         * the n_select-th best key (`mask` says which) and `remaining` how many keys with exactly those top
+         * bytes are still needed. The row is read with SELECT_ITEMS loads in flight per thread (after the first
+         * pass it is in L1). */
         uint32_t prefix = 0, mask = 0, remaining = (uint32_t)n_select;
         for (int shift = 24; shift >= 0; shift -= 8) {
-            for (int i = threadIdx.x; i < 256; i += blockDim.x) hist[i] = 0;
+            hist[threadIdx.x] = 0;
             __syncthreads();
-            for (int64_t g = threadIdx.x; g < closed; g += blockDim.x) {
-                uint32_t key = score_key(row[g]);
-                if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 0xffu], 1u);
+            for (int64_t base = threadIdx.x; base < closed; base += SELECT_THREADS * SELECT_ITEMS) {
+                uint32_t key[SELECT_ITEMS];
+#pragma unroll
+                for (int j = 0; j < SELECT_ITEMS; j++) {
+                    const int64_t g = base + j * SELECT_THREADS;
+                    key[j] = g < closed ? score_key(row[g]) : 0u;
+                }
+#pragma unroll
+                for (int j = 0; j < SELECT_ITEMS; j++)
+                    if (base + j * SELECT_THREADS < closed && (key[j] & mask) == prefix)
+                        atomicAdd(&hist[(key[j] >> shift) & 0xffu], 1u);
             }
             __syncthreads();
-            if (threadIdx.x == 0) {
-                uint32_t above = 0;
-                for (int b = 255; b >= 0; b--) {
-                    if (above + hist[b] >= remaining) {
-                        chosen_prefix = prefix | ((uint32_t)b << shift);
-                        chosen_remaining = remaining - above;
-                        break;
-                    }
-                    above += hist[b];
-                }
+            /* The bin of the n_select-th key, found by all threads at once (thread i holds bin 255 - i, so an
+             * exclusive sum in thread order counts the keys in higher bins): the one bin with
+             * above < remaining <= above + count. (One thread scanning the 256 bins serially cost ~4 us a pass.) */
+            const uint32_t bin = 255u - threadIdx.x, count = hist[bin];
+            uint32_t above;
+            scan_t(scan_storage).ExclusiveSum(count, above);
+            if (above < remaining && remaining <= above + count) {
+                chosen_prefix = prefix | (bin << shift);
+                chosen_remaining = remaining - above;
+                chosen_count = count;
             }
             __syncthreads();
             prefix = chosen_prefix;
             remaining = chosen_remaining;
             mask |= 0xffu << shift;
+            /* Every key under the prefix is needed: the lower bytes cannot change the set (the same for every
+             * thread, so the block leaves together). */
+            if (chosen_count == remaining) break;
         }
-        /* prefix is now the threshold key: take every key above it and the first `remaining` (by pool index)
-         * equal to it, in ascending pool order. */
-        int32_t equal_seen = 0, selected = 0;
-        for (int64_t chunk = 0; chunk < closed; chunk += blockDim.x) {
-            int64_t g = chunk + threadIdx.x;
-            uint32_t key = g < closed ? score_key(row[g]) : 0u;
-            int32_t is_equal = g < closed && key == prefix;
-            int32_t equal_rank, equal_total;   /* rank among this chunk's equal keys; their count */
-            scan_t(scan_storage).ExclusiveSum(is_equal, equal_rank, equal_total);
-            __syncthreads();
-            int32_t take = g < closed && (key > prefix || (is_equal && equal_seen + equal_rank < (int32_t)remaining));
-            int32_t slot, take_total;
-            scan_t(scan_storage).ExclusiveSum(take, slot, take_total);
-            __syncthreads();
-            if (take)
-                for (int32_t i = 0; i < P; i++) out[(int64_t)(selected + slot) * P + i] = (int32_t)(g * P + i);
-            equal_seen += equal_total;
-            selected += take_total;
+        /* Take every pool whose masked key is above prefix and the first `remaining` (by pool index) equal to it,
+         * in ascending pool order. One scan per chunk of SELECT_THREADS * SELECT_ITEMS pools counts both kinds at
+         * once (above in the low 16 bits, equal in the high 16: a chunk has at most 1024 of each); the equal
+         * pools taken before a pool are the first min(equal rank, still needed) of them. */
+        uint32_t equal_seen = 0;
+        int64_t selected = 0;
+        for (int64_t chunk = 0; chunk < closed; chunk += SELECT_THREADS * SELECT_ITEMS) {
+            const int64_t first = chunk + (int64_t)threadIdx.x * SELECT_ITEMS;   /* blocked: the scan's order */
+            uint32_t flag[SELECT_ITEMS], rank[SELECT_ITEMS], total;
+#pragma unroll
+            for (int j = 0; j < SELECT_ITEMS; j++) {
+                const uint32_t key = first + j < closed ? score_key(row[first + j]) & mask : 0u;
+                flag[j] = first + j >= closed ? 0u : key > prefix ? 1u : key == prefix ? 0x10000u : 0u;
+            }
+            scan_t(scan_storage).ExclusiveSum(flag, rank, total);
+            __syncthreads();   /* scan_storage is reused by the next chunk */
+            const uint32_t left = remaining > equal_seen ? remaining - equal_seen : 0u;   /* equal ones still needed */
+#pragma unroll
+            for (int j = 0; j < SELECT_ITEMS; j++) {
+                const uint32_t equal_rank = rank[j] >> 16;
+                if (flag[j] == 1u || (flag[j] && equal_rank < left)) {
+                    const int64_t slot = selected + (rank[j] & 0xffffu) + (equal_rank < left ? equal_rank : left);
+                    for (int32_t i = 0; i < P; i++) out[slot * P + i] = (int32_t)((first + j) * P + i);
+                }
+            }
+            selected += (total & 0xffffu) + ((total >> 16) < left ? (total >> 16) : left);
+            equal_seen += total >> 16;
         }
         written = (int64_t)n_select * P;
     }
@@ -241,9 +330,9 @@ glm53_status cuda_kpool_select(glm53_backend *be, glm53_tensor *idx, const glm53
     assert(glm53_tensor_numel(pos) == T && glm53_tensor_rows(scores) == T && T <= INT32_MAX);
     GLM53_TRY(cuda_enter(cb));
     if (T == 0) return GLM53_OK;
-    kpool_select_kernel<<<(unsigned)T, SELECT_THREADS, 0, cb->stream>>>(
-        (int32_t *)idx->data, (const float *)scores->data, (const int32_t *)pos->data, G, W, pool_size, n_select,
-        with_tail != 0, cb->fault);
+    CUDA_TRY(cuda_launch(cb, kpool_select_kernel, (unsigned)T, SELECT_THREADS, 0, cb->pdl, (int32_t *)idx->data,
+                         (const float *)scores->data, (const int32_t *)pos->data, G, W, pool_size, n_select,
+                         with_tail != 0, cb->fault));
     CUDA_LAUNCHED("kpool_select");
     return GLM53_OK;
 }

@@ -42,7 +42,7 @@
 #include <new>
 #include <vector>
 
-enum { ROUTE_THREADS = 128, EXPERT_THREADS = 256 };
+enum { ROUTE_THREADS = 128, ROUTE_PER_LANE = 16 /* experts a lane of the top-k warp holds: E <= 512 */, EXPERT_THREADS = 256 };
 static const int64_t DEVICE_PATH_MAX_ROWS = 16;   /* rows up to which moe_experts stays on the device */
 static const int64_t EXPERT_CHUNK_ROWS = 512;   /* token rows per round of moe_experts: bounds its scratch */
 
@@ -94,37 +94,46 @@ __global__ void moe_route_kernel(int32_t *ids, float *weights, const float *logi
     if (threadIdx.x >= 32) return;
 
     /* Top-k of the kept choice scores, descending, the lower id on ties: warp 0, one arg-best per round. Lane l
-     * scans e = l, l + 32, ... (ascending, so it keeps its lowest id among equals); the warp then combines
-     * (score, id) pairs, the higher score or, equal, the lower id. For finite scores that is the serial scan's
-     * pick (the CPU backend's), so ids and their order agree with it. */
+     * holds experts e = l, l + 32, ... (ROUTE_PER_LANE of them) in registers, scans them ascending (so it keeps
+     * its lowest id among equals); the warp then combines (score, id) pairs, the higher score or, equal, the
+     * lower id, by a butterfly, so every lane ends with the round's pick. For finite scores that is the serial
+     * scan's pick (the CPU backend's), so ids and their order agree with it. Every lane adds the picks' scores in
+     * pick order (the same sum in each), and lane k keeps pick k, writing it at the end: nothing is read back from
+     * global or shared memory between rounds (a lane-0 loop over shared memory and a read-back of the weights
+     * took 12 us a call at E = 288). */
     const int lane = threadIdx.x;
-    float sum = 0.0f;
+    float mine[ROUTE_PER_LANE];
+    uint32_t open = 0;   /* bit i: expert lane + 32 i is kept and not picked yet */
+#pragma unroll
+    for (int i = 0; i < ROUTE_PER_LANE; i++) {
+        const int64_t e = lane + 32 * i;
+        mine[i] = e < E ? choice[e] : 0.0f;
+        if (e < E && keep[e] != 0.0f) open |= 1u << i;
+    }
+    float sum = 0.0f, my_weight = 0.0f;
+    int32_t my_id = -1;
     for (int64_t k = 0; k < K; k++) {
         float bv = 0.0f;
         int32_t bi = -1;
-        for (int64_t e = lane; e < E; e += 32)
-            if (keep[e] != 0.0f && (bi < 0 || choice[e] > bv)) bv = choice[e], bi = (int32_t)e;
+#pragma unroll
+        for (int i = 0; i < ROUTE_PER_LANE; i++)
+            if ((open >> i & 1u) && (bi < 0 || mine[i] > bv)) bv = mine[i], bi = lane + 32 * i;
         for (int offset = 16; offset > 0; offset >>= 1) {
             float ov = __shfl_xor_sync(0xffffffffu, bv, offset);
             int32_t oi = __shfl_xor_sync(0xffffffffu, bi, offset);
             if (oi >= 0 && (bi < 0 || ov > bv || (ov == bv && oi < bi))) bv = ov, bi = oi;
         }
-        if (lane == 0) {
-            if (bi < 0) {   /* fewer kept experts than k (a config error): mark the slot unused */
-                ids[n * K + k] = -1;
-                weights[n * K + k] = 0.0f;
-            } else {
-                ids[n * K + k] = bi;
-                weights[n * K + k] = s[bi];
-                sum += s[bi];
-                keep[bi] = 0.0f;
-            }
+        if (bi >= 0) {   /* else fewer kept experts than k (a config error): the slot stays unused */
+            const float w = s[bi];
+            sum += w;
+            if (lane == k) my_id = bi, my_weight = w;
+            if (bi % 32 == lane) open &= ~(1u << (bi / 32));
         }
-        __syncwarp();   /* keep[bi] = 0 is seen by every lane's next scan */
     }
-    if (lane == 0)
-        for (int64_t k = 0; k < K; k++)
-            weights[n * K + k] = (norm ? weights[n * K + k] / (sum + 1e-20f) : weights[n * K + k]) * scaling;
+    if (lane < K) {
+        ids[n * K + lane] = my_id;
+        weights[n * K + lane] = my_id < 0 ? 0.0f : (norm ? my_weight / (sum + 1e-20f) : my_weight) * scaling;
+    }
 }
 
 glm53_status cuda_moe_route(glm53_backend *be, glm53_tensor *ids, glm53_tensor *weights,
@@ -137,6 +146,9 @@ glm53_status cuda_moe_route(glm53_backend *be, glm53_tensor *ids, glm53_tensor *
     assert(n_group >= 1 && E % n_group == 0 && topk_group >= 1 && topk_group <= n_group && K <= E);
     assert(glm53_tensor_numel(ids) == N * K && glm53_tensor_numel(weights) == N * K && glm53_tensor_numel(bias) == E);
     assert(N <= INT32_MAX);
+    if (E > 32 * ROUTE_PER_LANE || K > 32)
+        return GLM53_FAIL(GLM53_ERR_UNSUPPORTED, "cuda moe_route: %lld experts, top %lld (at most %d and 32)",
+                          (long long)E, (long long)K, 32 * ROUTE_PER_LANE);
     weight_ref br;
     GLM53_TRY(cuda_weight_ref(bias, &br, "moe_route"));
     GLM53_TRY(cuda_enter(cb));
@@ -335,27 +347,35 @@ struct expert_down_tiles : expert_tiles_common {
     }
 };
 
-/* Grid: ceil(tiles / per_block) blocks of GEMV_MMA_THREADS; gemv_mma_stream_smem(x_rows, 2, K) bytes. */
-template <class Tiles, bool FP8>
+/* Grid: ceil(tiles / per_block) blocks of GEMV_MMA_THREADS; gemv_mma_stream_smem(x_rows, 2, K) bytes, plus the
+ * ring's with stages >= 2. */
+template <class Tiles, bool FP8, bool RING>
 __global__ void __launch_bounds__(GEMV_MMA_THREADS)
-expert_stream_kernel(const Tiles tiles, int n_tiles, int per_block, const __nv_bfloat16 *x, int x_rows, int K) {
+expert_stream_kernel(const Tiles tiles, int n_tiles, int per_block, const __nv_bfloat16 *x, int x_rows, int K,
+                     int stages) {
     extern __shared__ __align__(16) uint8_t expert_smem[];
     const int t_begin = blockIdx.x * per_block, t_end = min(t_begin + per_block, n_tiles);
-    gemv_mma_stream<FP8, 2, 2>(expert_smem, tiles, t_begin, t_end, x, x_rows, 1, K);
+    gemv_mma_stream<FP8, 2, 2, RING>(expert_smem, tiles, t_begin, t_end, x, x_rows, 1, K, stages);
 }
 
 template <class Tiles, bool FP8>
 static glm53_status expert_stream_launch(cuda_backend *cb, const Tiles &tiles, int n_tiles, const __nv_bfloat16 *x,
                                          int x_rows, int K, const char *what) {
-    const void *kernel = (const void *)expert_stream_kernel<Tiles, FP8>;
-    const size_t smem = gemv_mma_stream_smem(x_rows, 2, K);
+    const int stages = gemv_mma_stages(cb->gemv_stages, (size_t)cb->smem_optin, FP8, x_rows, 2, 2, K);
+    const void *kernel = stages ? (const void *)expert_stream_kernel<Tiles, FP8, true>
+                                : (const void *)expert_stream_kernel<Tiles, FP8, false>;
+    const size_t smem = gemv_mma_stream_smem(x_rows, 2, K) + (stages ? gemv_mma_ring_smem(FP8, 2, 2, stages) : 0);
     GLM53_TRY(cuda_smem_optin(cb, kernel, smem, what));
     if (n_tiles == 0) return GLM53_OK;
     unsigned blocks;
     int per_block;
     GLM53_TRY(gemv_mma_stream_grid(cb, kernel, smem, n_tiles, &blocks, &per_block));
-    CUDA_TRY(cuda_launch(cb, expert_stream_kernel<Tiles, FP8>, blocks, GEMV_MMA_THREADS, smem, cb->pdl, tiles, n_tiles,
-                         per_block, x, x_rows, K));
+    if (stages)
+        CUDA_TRY(cuda_launch(cb, expert_stream_kernel<Tiles, FP8, true>, blocks, GEMV_MMA_THREADS, smem, cb->pdl, tiles,
+                             n_tiles, per_block, x, x_rows, K, stages));
+    else
+        CUDA_TRY(cuda_launch(cb, expert_stream_kernel<Tiles, FP8, false>, blocks, GEMV_MMA_THREADS, smem, cb->pdl, tiles,
+                             n_tiles, per_block, x, x_rows, K, 0));
     CUDA_LAUNCHED(what);
     return GLM53_OK;
 }

@@ -45,6 +45,7 @@ __global__ void rmsnorm_kernel(act_out y, act_in x, weight_ref w, bool has_w, in
 /* y = (x - mean) / sqrt(var + eps) * w + b, biased variance from squared deviations (no E[x^2] - E[x]^2). */
 __global__ void layernorm_kernel(act_out y, act_in x, weight_ref w, bool has_w, weight_ref b, bool has_b, int64_t D,
                                  float eps) {
+    cuda_pdl_begin();
     int64_t base = (int64_t)blockIdx.x * D;
     float s = 0.0f;
     for (int64_t i = threadIdx.x; i < D; i += blockDim.x) s += x[base + i];
@@ -182,8 +183,8 @@ glm53_status cuda_layernorm(glm53_backend *be, glm53_tensor *y, const glm53_tens
     GLM53_TRY(optional_param(b, D, &br, "layernorm"));
     GLM53_TRY(cuda_enter(cb));
     if (M == 0 || D == 0) return GLM53_OK;
-    layernorm_kernel<<<(unsigned)M, NORM_THREADS, 0, cb->stream>>>(cuda_act_out(y), cuda_act_in(x), wr,
-                                                                   w != nullptr, br, b != nullptr, D, eps);
+    CUDA_TRY(cuda_launch(cb, layernorm_kernel, (unsigned)M, NORM_THREADS, 0, cb->pdl, cuda_act_out(y), cuda_act_in(x), wr,
+                         w != nullptr, br, b != nullptr, D, eps));
     CUDA_LAUNCHED("layernorm");
     return GLM53_OK;
 }

@@ -115,6 +115,7 @@ __device__ inline void act_load8(act_in a, int64_t row_off, int64_t c0, int64_t 
 __global__ void __launch_bounds__(MLA_THREADS)
 sparse_mla_qh_kernel(float *qh, act_in q, weight_ref kv_b, bool w_vec, int64_t t0, int64_t nc, int64_t H,
                      int64_t dk, int64_t dv, int64_t R) {
+    cuda_pdl_begin();
     __shared__ __align__(16) float red[QH_GROUPS][MLA_ROWS][QH_COLS];
     const int64_t h = blockIdx.y, tl0 = (int64_t)blockIdx.z * MLA_ROWS;
     const int nt = (int)(nc - tl0 < MLA_ROWS ? nc - tl0 : MLA_ROWS);
@@ -158,6 +159,7 @@ sparse_mla_qh_kernel(float *qh, act_in q, weight_ref kv_b, bool w_vec, int64_t t
 __global__ void __launch_bounds__(MLA_THREADS, 2)
 sparse_mla_scores_kernel(float *S, const float *qh, act_in latent, bool l_vec, const int32_t *idx, int64_t t0,
                          int64_t H, int64_t R, int64_t W, int64_t cap, float scale, cuda_fault *fault) {
+    cuda_pdl_begin();
     constexpr int TILE = 2 * SC_HEADS * SC_STRIDE, RED = 8 * SC_HEADS * SC_RED_STRIDE;
     __shared__ __align__(16) float smem[TILE > RED ? TILE : RED];
     float *qs = smem, *ls = smem + SC_HEADS * SC_STRIDE;   /* [32][SC_STRIDE] each: heads, positions */
@@ -273,6 +275,7 @@ sparse_mla_scores_kernel(float *S, const float *qh, act_in latent, bool l_vec, c
 __global__ void __launch_bounds__(MLA_THREADS)
 sparse_mla_pv_kernel(float *cpart, float *mpart, float *lpart, const float *S, act_in latent, bool l_vec,
                      const int32_t *idx, int64_t t0, int64_t nc, int64_t H, int64_t R, int64_t W, int64_t cap) {
+    cuda_pdl_begin();
     __shared__ int64_t pos_s[PV_SPLIT];
     __shared__ float m_s[PV_HEADS];
     __shared__ __align__(16) float pT[PV_CHUNK][PV_PT_STRIDE];   /* e[j][h] */
@@ -385,6 +388,7 @@ __global__ void __launch_bounds__(MLA_THREADS, 2)
 sparse_mla_out_kernel(act_out o, const float *cpart, const float *mpart, const float *lpart, weight_ref kv_b,
                       bool w_vec, int64_t t0, int64_t nc, int64_t H, int64_t dk, int64_t dv, int64_t R,
                       int64_t nS) {
+    cuda_pdl_begin();
     extern __shared__ __align__(16) float out_smem[];
     const int64_t Rp = (R + 7) / 8 * 8;
     float *c_s = out_smem, *wts = out_smem + MLA_ROWS * Rp;
@@ -514,18 +518,18 @@ glm53_status cuda_sparse_mla(glm53_backend *be, glm53_tensor *o, const glm53_ten
     const int32_t *ids = (const int32_t *)idx->data;
     for (int64_t t0 = 0; t0 < T; t0 += chunk) {
         const int64_t nc = T - t0 < chunk ? T - t0 : chunk;
-        sparse_mla_qh_kernel<<<dim3(ceil_div(R, QH_COLS), (unsigned)H, ceil_div(nc, MLA_ROWS)), MLA_THREADS, 0,
-                               cb->stream>>>(qh, qa, kr, w_vec, t0, nc, H, dk, dv, R);
+        CUDA_TRY(cuda_launch(cb, sparse_mla_qh_kernel, dim3(ceil_div(R, QH_COLS), (unsigned)H, ceil_div(nc, MLA_ROWS)),
+                             MLA_THREADS, 0, cb->pdl, qh, qa, kr, w_vec, t0, nc, H, dk, dv, R));
         CUDA_LAUNCHED("sparse_mla (qh)");
-        sparse_mla_scores_kernel<<<dim3(ceil_div(W, SC_POS), ceil_div(H, SC_HEADS), (unsigned)nc), MLA_THREADS, 0,
-                                   cb->stream>>>(S, qh, la, l_vec, ids, t0, H, R, W, cap, scale, cb->fault);
+        CUDA_TRY(cuda_launch(cb, sparse_mla_scores_kernel, dim3(ceil_div(W, SC_POS), ceil_div(H, SC_HEADS), (unsigned)nc),
+                             MLA_THREADS, 0, cb->pdl, S, qh, la, l_vec, ids, t0, H, R, W, cap, scale, cb->fault));
         CUDA_LAUNCHED("sparse_mla (scores)");
-        sparse_mla_pv_kernel<<<dim3(ceil_div(R, PV_COLS), (unsigned)nS, (unsigned)(nc * n_ht)), MLA_THREADS, 0,
-                               cb->stream>>>(cpart, mpart, lpart, S, la, l_vec, ids, t0, nc, H, R, W, cap);
+        CUDA_TRY(cuda_launch(cb, sparse_mla_pv_kernel, dim3(ceil_div(R, PV_COLS), (unsigned)nS, (unsigned)(nc * n_ht)),
+                             MLA_THREADS, 0, cb->pdl, cpart, mpart, lpart, S, la, l_vec, ids, t0, nc, H, R, W, cap));
         CUDA_LAUNCHED("sparse_mla (pv)");
-        sparse_mla_out_kernel<<<dim3(ceil_div(dv, OUT_ROWS), (unsigned)H, ceil_div(nc, MLA_ROWS)), MLA_THREADS,
-                                out_smem, cb->stream>>>(oa, cpart, mpart, lpart, kr, w_vec, t0, nc, H, dk, dv, R,
-                                                        nS);
+        CUDA_TRY(cuda_launch(cb, sparse_mla_out_kernel, dim3(ceil_div(dv, OUT_ROWS), (unsigned)H, ceil_div(nc, MLA_ROWS)),
+                             MLA_THREADS, out_smem, cb->pdl, oa, cpart, mpart, lpart, kr, w_vec, t0, nc, H, dk, dv, R,
+                             nS));
         CUDA_LAUNCHED("sparse_mla (out)");
     }
     return GLM53_OK;

@@ -1618,6 +1618,13 @@ static void group_index(void) {
     check_topk(2, 70, 64, 3, 2, 0);   /* more NaNs than numbers in places: NaNs must come last, by index */
     check_topk(8, 154880, 1, 0, 0, 154856);   /* greedy over GLM-5.3's tokenizer ids */
     check_topk(5, 1000, 4, 3, 0, 900);        /* ties, padding columns that would tie too */
+    /* the two-stage form: slices of 2048 columns, then a merge of their candidates */
+    check_topk(2, 154880, 64, 1000, 0, 0);    /* ties spread over many slices */
+    check_topk(64, 154880, 1, 4, 0, 154856);  /* equal maxima in many slices, 64 rows */
+    check_topk(3, 5000, 64, 2, 3, 4099);      /* n_valid cuts a slice; NaNs and ties */
+    check_topk(2, 4099, 3, 0, 1, 0);          /* scalar loads (N % 4 != 0), every value NaN */
+    check_topk(2, 2049, 64, 0, 0, 0);         /* k above the last slice's length */
+    check_topk(2, 8192, 8, 0, 0, 6147);       /* float4 loads, n_valid % 4 != 0 */
     check_gather(1000, 130, 17, BF16, BF16);
     check_gather(1000, 130, 17, BF16, F32);
     check_gather(300, 4096, 3, FP8, BF16);
@@ -1681,6 +1688,10 @@ static void group_indexer(void) {
         check_kpool_score(1, 32, 128, 3000, dt);
         check_kpool_score(5, 4, 32, 7, dt);
         check_kpool_score(3, 32, 128, 700, dt);
+        check_kpool_score(2, 32, 128, 3000, dt);    /* 2 pools a warp */
+        check_kpool_score(16, 32, 128, 3000, dt);   /* 4 pools a warp (the prefill grid) */
+        check_kpool_score(3, 3, 33, 20, dt);        /* Q staged element by element, Hi % 8 != 0 */
+        check_kpool_score(2, 9, 160, 40, dt);       /* dI > 128: the key not in registers */
     }
     {
         const int32_t pos[] = {2, 20, 100, 119};   /* closed 0, 5, 25, 30 */
@@ -1698,6 +1709,11 @@ static void group_indexer(void) {
         check_kpool_select(3, pos, 600, 4, 512, 1, 0);
         check_kpool_select(3, pos, 600, 4, 512, 1, 5);
         check_kpool_select(3, pos, 600, 4, 512, 1, RELU_ZEROS);
+    }
+    {
+        const int32_t pos[] = {2052, 4099, 4103, 8191};   /* closed 513, 1025, 1026, 2048: decode at 2K-8K */
+        check_kpool_select(4, pos, 2048, 4, 512, 1, 2);
+        check_kpool_select(4, pos, 2048, 4, 512, 1, RELU_ZEROS);
     }
     {
         const int32_t pos[] = {999999, 400002};   /* closed 250000, 100000 */

@@ -314,20 +314,22 @@ static void launch_v4(gpu_case &g, int i, int M) {
     kernel<<<blocks, GEMV_MMA_THREADS, smem, stream>>>(act_out{g.y, false}, g.x, wr, M, g.N, g.K, slab);
 }
 
-/* Version 5: the streaming form (one segment), as many blocks as the device holds at once. */
-template <int R, int U>
+/* Version 5: the streaming form (one segment), as many blocks as the device holds at once; S >= 2: the weights
+ * through a ring of S steps in shared memory (gemv_mma_stream_ring), else one step ahead in registers. */
+template <int R, int U, int S = 0>
 static void launch_v5(gpu_case &g, int i, int M) {
     gemv_mma_segments segs = {};
     segs.n = 1;
     segs.seg[0] = {bench_weight_ref(g, i), act_out{g.y, false}, g.N, 0};
     segs.tiles = (g.N + 8 * R - 1) / (8 * R);
-    const size_t smem = gemv_mma_stream_smem(M, R, g.K);
-    auto kernel = g.fp8 ? gemv_mma_stream_kernel<true, R, U> : gemv_mma_stream_kernel<false, R, U>;
+    const size_t smem = gemv_mma_stream_smem(M, R, g.K) + (S ? gemv_mma_ring_smem(g.fp8, R, U, S) : 0);
+    auto kernel = g.fp8 ? gemv_mma_stream_kernel<true, R, U, (S >= 2)> : gemv_mma_stream_kernel<false, R, U, (S >= 2)>;
     CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     int per_sm = 0;
     CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, GEMV_MMA_THREADS, smem));
     const int most = std::max(per_sm, 1) * n_sm, per_block = (segs.tiles + most - 1) / most;
-    kernel<<<(segs.tiles + per_block - 1) / per_block, GEMV_MMA_THREADS, smem, stream>>>(segs, g.x, M, g.K, per_block);
+    kernel<<<(segs.tiles + per_block - 1) / per_block, GEMV_MMA_THREADS, smem, stream>>>(segs, g.x, M, g.K, per_block,
+                                                                                          S);
 }
 
 static void launch_cublas(gpu_case &g, int i, int M) {
@@ -345,8 +347,10 @@ struct version {
 
 static size_t smem_v2(int M, int K) { return (size_t)M * K * 4; }
 template <int R> static size_t smem_v4(int M, int K) { return gemv_mma_smem(M, R, gemv_mma_slab(M, K)); }
-template <int R> static size_t smem_v5(int M, int K) {   /* x whole, or the version does not run */
-    return (int64_t)M * (K + GEMV_MMA_PAD) * 2 <= GEMV_MMA_X_BUDGET ? gemv_mma_stream_smem(M, R, K) : SIZE_MAX;
+template <int R, int U = 1, int S = 0> static size_t smem_v5(int M, int K) {   /* x whole, or it does not run */
+    return (int64_t)M * (K + GEMV_MMA_PAD) * 2 <= GEMV_MMA_X_BUDGET
+               ? gemv_mma_stream_smem(M, R, K) + (S ? gemv_mma_ring_smem(true, R, U, S) : 0)
+               : SIZE_MAX;
 }
 
 static const version VERSIONS[] = {
@@ -363,6 +367,11 @@ static const version VERSIONS[] = {
     {"5 R2 U2", launch_v5<2, 2>, true, true, smem_v5<2>},
     {"5 R2 U4", launch_v5<2, 4>, true, true, smem_v5<2>},
     {"5 R4 U2", launch_v5<4, 2>, true, true, smem_v5<4>},
+    {"5 R1 U8 S3", launch_v5<1, 8, 3>, true, true, smem_v5<1, 8, 3>},
+    {"5 R2 U2 S4", launch_v5<2, 2, 4>, true, true, smem_v5<2, 2, 4>},
+    {"5 R2 U2 S6", launch_v5<2, 2, 6>, true, true, smem_v5<2, 2, 6>},
+    {"5 R2 U1 S8", launch_v5<2, 1, 8>, true, true, smem_v5<2, 1, 8>},
+    {"5 R4 U2 S3", launch_v5<4, 2, 3>, true, true, smem_v5<4, 2, 3>},
     {"cublas", launch_cublas, false, true, nullptr},
 };
 
