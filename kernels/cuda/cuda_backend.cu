@@ -84,9 +84,6 @@ glm53_status cuda_smem_optin(cuda_backend *cb, const void *kernel, size_t bytes,
  * suspected kernel. */
 static const bool CUDA_DEFAULT_GEMV_STREAM = true, CUDA_DEFAULT_PDL = true, CUDA_DEFAULT_KDA_SEQUENCES = true,
                   CUDA_DEFAULT_GROUPED_EXPERTS = true;
-/* The streaming GEMV's weight ring (gemv_mma.cuh, gemv_mma_stream_ring): steps in shared memory per warp, 2-8;
- * 0 keeps one step ahead in registers. Off until a GPU run has checked and timed it. */
-static const int32_t CUDA_DEFAULT_GEMV_STAGES = 0;
 
 glm53_status cuda_blocks_per_sm(cuda_backend *cb, const void *kernel, int threads, size_t smem, int *blocks) {
     for (int32_t i = 0; i < cb->n_occupancy; i++)
@@ -690,9 +687,6 @@ static glm53_status cuda_backend_init(cuda_backend *cb, int32_t ordinal) {
     cb->pdl = switched_on("GLM53_CUDA_PDL", CUDA_DEFAULT_PDL);
     cb->kda_sequences = switched_on("GLM53_CUDA_KDA_SEQUENCES", CUDA_DEFAULT_KDA_SEQUENCES);
     cb->grouped_experts = switched_on("GLM53_CUDA_GROUPED_EXPERTS", CUDA_DEFAULT_GROUPED_EXPERTS);
-    const char *stages = getenv("GLM53_CUDA_GEMV_STAGES");
-    cb->gemv_stages = stages && stages[0] >= '0' && stages[0] <= '8' && !stages[1] ? stages[0] - '0'
-                                                                                    : CUDA_DEFAULT_GEMV_STAGES;
 
     cb->allocator = new (std::nothrow) cuda_allocator();
     if (!cb->allocator) return GLM53_FAIL(GLM53_ERR_OUT_OF_MEMORY, "cuda: no host memory for the allocator");

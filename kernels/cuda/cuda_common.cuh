@@ -77,7 +77,6 @@ struct cuda_backend {
     bool            pdl;                /* programmatic dependent launch where a kernel supports it, GLM53_CUDA_PDL */
     bool            kda_sequences;      /* the fused KDA op, GLM53_CUDA_KDA_SEQUENCES (off: the op-by-op chain) */
     bool            grouped_experts;    /* prefill experts grouped on the device, GLM53_CUDA_GROUPED_EXPERTS */
-    int32_t         gemv_stages;        /* the streaming GEMV's weight ring depth (0: registers), GLM53_CUDA_GEMV_STAGES */
 };
 
 static inline cuda_backend *cuda_impl(glm53_backend *be) { return (cuda_backend *)be->impl; }

@@ -20,7 +20,7 @@ __global__ void unary_kernel(act_out y, act_in x, int64_t n, glm53_unary_op op) 
         switch (op) {
         case GLM53_UNARY_SIGMOID: r = cuda_sigmoid(v); break;
         case GLM53_UNARY_SILU: r = cuda_silu(v); break;
-        case GLM53_UNARY_GELU:   /* the CPU's form: 1 + erf(v / sqrt 2) cancels to 0 for v < -5.9 in F32, erfc does not */
+        case GLM53_UNARY_GELU:   /* the CPU's form: 1 + erf(v / sqrt 2) cancels to 0 below -5.9 in F32, erfc not */
             r = 0.5f * v * erfcf(v * -0.70710678118654752f);
             break;
         case GLM53_UNARY_SOFTPLUS: r = cuda_softplus(v); break;

@@ -341,20 +341,6 @@ static inline size_t gemv_mma_stream_smem(int x_rows, int R, int K) {
     return (size_t)x_rows * (K + GEMV_MMA_PAD) * 2 + 2 * (size_t)GEMV_MMA_WARPS * R * 16 * 8 * 4;
 }
 
-/* The weight ring of the asynchronous form (below): per warp, `stages` steps of U k-groups of R n-tiles, a lane's
- * 16 bytes each, and (FP8) their block scales. */
-static inline size_t gemv_mma_ring_smem(bool fp8, int R, int U, int stages) {
-    return (size_t)GEMV_MMA_WARPS * stages * U * R * 32 * (16 + (fp8 ? 4 : 0));
-}
-
-/* The stages the streaming kernel runs with: `wanted` (the backend's GLM53_CUDA_GEMV_STAGES), fewer while the
- * block's shared memory would pass `smem_max`; 0 (weights through registers) below 2. */
-static inline int gemv_mma_stages(int wanted, size_t smem_max, bool fp8, int x_rows, int R, int U, int K) {
-    int s = wanted;
-    while (s >= 2 && gemv_mma_stream_smem(x_rows, R, K) + gemv_mma_ring_smem(fp8, R, U, s) > smem_max) s--;
-    return s >= 2 ? s : 0;
-}
-
 /* The streaming kernels' grid: as many blocks as the device holds at once (or fewer, with fewer tiles), each
  * taking an equal run of per_block consecutive tiles. */
 static inline glm53_status gemv_mma_stream_grid(cuda_backend *cb, const void *kernel, size_t smem, int tiles,
@@ -367,12 +353,11 @@ static inline glm53_status gemv_mma_stream_grid(cuda_backend *cb, const void *ke
     return GLM53_OK;
 }
 
-/* Tiles [t_begin, t_end) of the product, x [x_rows, K] staged whole, each warp's next step of weights in
- * registers. Every thread of the block calls it. The first step's weights are requested before the wait for the
- * previous kernel: weights are never written. */
+/* Tiles [t_begin, t_end) of the product, x [x_rows, K] staged whole. Every thread of the block calls it. The
+ * first step's weights are requested before the wait for the previous kernel: weights are never written. */
 template <bool FP8, int R, int U, class Tiles>
-__device__ inline void gemv_mma_stream_registers(uint8_t *smem, const Tiles &tiles, int t_begin, int t_end,
-                                                 const __nv_bfloat16 *__restrict__ x, int x_rows, int M, int K) {
+__device__ inline void gemv_mma_stream(uint8_t *smem, const Tiles &tiles, int t_begin, int t_end,
+                                       const __nv_bfloat16 *__restrict__ x, int x_rows, int M, int K) {
     constexpr int GROUP = FP8 ? 64 : 32;
     const int ld = K + GEMV_MMA_PAD, groups = K / GROUP;
     __nv_bfloat16 *xs = reinterpret_cast<__nv_bfloat16 *>(smem);
@@ -411,155 +396,6 @@ __device__ inline void gemv_mma_stream_registers(uint8_t *smem, const Tiles &til
         for (int r = 0; r < R; r++) cur[r] = nxt[r];
         x_row = nxt_x_row;
     }
-}
-
-/* ------------------------------------------------------------------------------------------------------------
- * The asynchronous form: each lane copies its weights global -> shared with cp.async into a ring of `stages`
- * steps of its own (no other lane reads them, so no barrier guards the ring: cp.async.wait_group orders a lane's
- * copies before its own reads), `stages - 1` steps ahead of the MMAs. The register form holds one step ahead
- * in registers (the kernel runs 92-157 registers a thread, so one or two blocks per multiprocessor and few bytes
- * in flight: FP8 at one row stayed at 0.5-0.6 of the bandwidth floor); the ring keeps stages - 1 steps in flight
- * for no registers. A step's values, their order and the arithmetic are the register form's: the same bits.
- */
-__device__ inline void gemv_mma_cp_async16(void *dst, const void *src, int src_bytes) {   /* src_bytes 0: zeros */
-    const uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(src_bytes) : "memory");
-}
-__device__ inline void gemv_mma_cp_async4(void *dst, const void *src) {
-    const uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(d), "l"(src) : "memory");
-}
-__device__ inline void gemv_mma_cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-/* Waits until at most `pending` of this thread's committed groups are still in flight (wait_group takes a
- * constant; the ring's depth is a run-time choice). */
-__device__ inline void gemv_mma_cp_async_wait(int pending) {
-    switch (pending) {
-    case 1: asm volatile("cp.async.wait_group 1;" ::: "memory"); break;
-    case 2: asm volatile("cp.async.wait_group 2;" ::: "memory"); break;
-    case 3: asm volatile("cp.async.wait_group 3;" ::: "memory"); break;
-    case 4: asm volatile("cp.async.wait_group 4;" ::: "memory"); break;
-    case 5: asm volatile("cp.async.wait_group 5;" ::: "memory"); break;
-    case 6: asm volatile("cp.async.wait_group 6;" ::: "memory"); break;
-    case 7: asm volatile("cp.async.wait_group 7;" ::: "memory"); break;
-    default: asm volatile("cp.async.wait_group 0;" ::: "memory"); break;
-    }
-}
-
-/* One lane's slot of a ring step: U x R 16-byte weight pieces and (FP8) their scales, [u][r][lane]. */
-template <bool FP8, int R, int U>
-struct gemv_mma_ring {
-    uint4 *w;       /* this warp's ring [stages][U][R][32] */
-    float *scale;   /* [stages][U][R][32] (FP8) */
-    int    lane;
-    __device__ int at(int slot, int u, int r) const { return ((slot * U + u) * R + r) * 32 + lane; }
-
-    /* Copies the step of k-groups kg0, kg0 + 8, ... of the R n-tiles into `slot`: gemv_mma_load's values (zeros
-     * past the groups or the weight's rows, scale 1 without a block scale). */
-    __device__ void load(int slot, const gemv_mma_lane_rows (&t)[R], int kg0, int groups, int q,
-                         const void *any_global) const {
-        constexpr int CH = FP8 ? 16 : 8, GROUP = 4 * CH;
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int kg = kg0 + GEMV_MMA_WARPS * u;
-#pragma unroll
-            for (int r = 0; r < R; r++) {
-                const size_t col = (size_t)kg * GROUP + CH * q;
-                const bool real = kg < groups && t[r].row;
-                gemv_mma_cp_async16(&w[at(slot, u, r)], real ? (const void *)(t[r].row + col * (FP8 ? 1 : 2)) : any_global,
-                                    real ? 16 : 0);
-                if (FP8) {
-                    if (t[r].scale_row && kg < groups)
-                        gemv_mma_cp_async4(&scale[at(slot, u, r)], t[r].scale_row + (int64_t)kg * GROUP / t[r].block_cols);
-                    else
-                        scale[at(slot, u, r)] = 1.0f;
-                }
-            }
-        }
-    }
-    __device__ void read(gemv_mma_step<FP8, R, U> &s, int slot) const {
-#pragma unroll
-        for (int u = 0; u < U; u++)
-#pragma unroll
-            for (int r = 0; r < R; r++) {
-                s.w[u][r] = w[at(slot, u, r)];
-                s.scale[u][r] = FP8 ? scale[at(slot, u, r)] : 1.0f;
-            }
-    }
-};
-
-/* gemv_mma_stream_registers' product with the weights through the ring. `smem` holds x, the two sums areas, then
- * the ring (gemv_mma_ring_smem(FP8, R, U, stages) bytes), stages >= 2. A warp's steps are numbered across its
- * tiles (steps_per_tile each: the k-groups warp, warp + 8 U, ...), so the copies run on from one tile into the
- * next while a tile's sums are reduced and stored. */
-template <bool FP8, int R, int U, class Tiles>
-__device__ inline void gemv_mma_stream_ring(uint8_t *smem, const Tiles &tiles, int t_begin, int t_end,
-                                            const __nv_bfloat16 *__restrict__ x, int x_rows, int M, int K,
-                                            int stages) {
-    constexpr int GROUP = FP8 ? 64 : 32;
-    const int ld = K + GEMV_MMA_PAD, groups = K / GROUP;
-    __nv_bfloat16 *xs = reinterpret_cast<__nv_bfloat16 *>(smem);
-    float *sums = reinterpret_cast<float *>(smem + (size_t)x_rows * ld * 2);
-    uint8_t *ring_base = smem + (size_t)x_rows * ld * 2 + 2 * (size_t)GEMV_MMA_WARPS * R * 16 * 8 * 4;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x / 32, g = lane / 4, q = lane % 4;
-    const int per_warp = stages * U * R * 32;
-    const gemv_mma_ring<FP8, R, U> ring = {
-        reinterpret_cast<uint4 *>(ring_base) + (size_t)warp * per_warp,
-        reinterpret_cast<float *>(ring_base + (size_t)GEMV_MMA_WARPS * per_warp * 16) + (size_t)warp * per_warp, lane};
-    cuda_pdl_launch_dependents();
-
-    /* This warp's steps: steps_per_tile per tile, all tiles in a row; step j of tile t starts at group
-     * warp + 8 U j. The producer copies step `made` into slot made % stages. */
-    const int steps_per_tile = groups > warp ? (groups - warp + GEMV_MMA_WARPS * U - 1) / (GEMV_MMA_WARPS * U) : 0;
-    const int n_steps = (t_end > t_begin ? t_end - t_begin : 0) * steps_per_tile;
-    gemv_mma_lane_rows made_rows[R];
-    int made = 0;
-    auto produce = [&]() {   /* copies the next step (if any) and closes its group (always: the counts stay even) */
-        if (made < n_steps) {
-            const int j = made % steps_per_tile;
-            if (j == 0) tiles.rows(t_begin + made / steps_per_tile, made_rows, g);
-            ring.load(made % stages, made_rows, warp + GEMV_MMA_WARPS * U * j, groups, q, x);
-        }
-        gemv_mma_cp_async_commit();
-        made++;
-    };
-
-    if constexpr (!Tiles::rows_before_wait) cuda_pdl_wait();
-    for (int i = 0; i < stages - 1; i++) produce();
-    if constexpr (Tiles::rows_before_wait) cuda_pdl_wait();
-    if (t_begin >= t_end) {   /* the whole block */
-        gemv_mma_cp_async_wait(0);
-        return;
-    }
-    gemv_mma_stage_x<FP8, false>(xs, ld, x, x_rows, x_rows, K, 0, K);
-    __syncthreads();
-    int used = 0;
-    for (int t = t_begin, parity = 0; t < t_end; t++, parity ^= 1) {
-        gemv_mma_lane_rows unused[R];
-        const int x_row = tiles.rows(t, unused, g);
-        float acc[R][4];
-#pragma unroll
-        for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = acc[r][2] = acc[r][3] = 0.0f;
-        for (int j = 0; j < steps_per_tile; j++, used++) {
-            produce();                                   /* step used + stages - 1 */
-            gemv_mma_cp_async_wait(stages - 1);          /* step `used` has landed */
-            gemv_mma_step<FP8, R, U> p;
-            ring.read(p, used % stages);
-            gemv_mma_compute<FP8, R, U, false>(acc, p, xs, ld, x_row, M, warp + GEMV_MMA_WARPS * U * j, groups, g, q);
-        }
-        float *s = sums + parity * GEMV_MMA_WARPS * R * 16 * 8;
-        gemv_mma_reduce<R>(s, acc, warp, g, q);
-        tiles.store(t, s);
-    }
-    gemv_mma_cp_async_wait(0);   /* the empty groups closed past the last step */
-}
-
-/* The streaming product: the ring form (RING, stages >= 2) or the register form. A kernel instantiates one of the
- * two, so the register form's register count does not weigh on the ring's occupancy. */
-template <bool FP8, int R, int U, bool RING, class Tiles>
-__device__ inline void gemv_mma_stream(uint8_t *smem, const Tiles &tiles, int t_begin, int t_end,
-                                       const __nv_bfloat16 *__restrict__ x, int x_rows, int M, int K, int stages) {
-    if constexpr (RING) gemv_mma_stream_ring<FP8, R, U>(smem, tiles, t_begin, t_end, x, x_rows, M, K, stages);
-    else gemv_mma_stream_registers<FP8, R, U>(smem, tiles, t_begin, t_end, x, x_rows, M, K);
 }
 
 /* The tiles of a matmul over several weights that read the same x (a segment per weight; y_s[M, N_s] = x w_s^T):
@@ -605,15 +441,15 @@ struct gemv_mma_segment_tiles {
 };
 
 /* y_s = x w_s^T for every segment: grid ceil(tiles / tiles_per_block) blocks of GEMV_MMA_THREADS,
- * gemv_mma_stream_smem(gemv_mma_x_rows(M), R, K) bytes, plus gemv_mma_ring_smem(FP8, R, U, stages) when stages >= 2. */
-template <bool FP8, int R, int U, bool RING>
+ * gemv_mma_stream_smem(gemv_mma_x_rows(M), R, K) bytes. */
+template <bool FP8, int R, int U>
 __global__ void __launch_bounds__(GEMV_MMA_THREADS)
 gemv_mma_stream_kernel(const __grid_constant__ gemv_mma_segments segs, const __nv_bfloat16 *x, int M, int K,
-                       int tiles_per_block, int stages) {
+                       int tiles_per_block) {
     extern __shared__ __align__(16) uint8_t gemv_mma_smem_bytes[];
     const int t_begin = blockIdx.x * tiles_per_block, t_end = min(t_begin + tiles_per_block, segs.tiles);
     const gemv_mma_segment_tiles<FP8, R> tiles{segs, M, K};
-    gemv_mma_stream<FP8, R, U, RING>(gemv_mma_smem_bytes, tiles, t_begin, t_end, x, M, M, K, stages);
+    gemv_mma_stream<FP8, R, U>(gemv_mma_smem_bytes, tiles, t_begin, t_end, x, M, M, K);
 }
 
 /* y[M, N] = x[M, K] * w[N, K]^T. Grid: ceil(N / (8 R)) blocks of GEMV_MMA_THREADS, gemv_mma_smem(M, R, slab)

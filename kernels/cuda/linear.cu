@@ -131,10 +131,8 @@ static glm53_status gemv_mma_launch(cuda_backend *cb, act_out y, const __nv_bflo
 template <bool FP8, int R, int U>
 static glm53_status gemv_mma_stream_launch(cuda_backend *cb, gemv_mma_segments &segs, const __nv_bfloat16 *x, int M,
                                            int K) {
-    const int stages = gemv_mma_stages(cb->gemv_stages, (size_t)cb->smem_optin, FP8, M, R, U, K);
-    const void *kernel = stages ? (const void *)gemv_mma_stream_kernel<FP8, R, U, true>
-                                : (const void *)gemv_mma_stream_kernel<FP8, R, U, false>;
-    const size_t smem = gemv_mma_stream_smem(M, R, K) + (stages ? gemv_mma_ring_smem(FP8, R, U, stages) : 0);
+    const void *kernel = (const void *)gemv_mma_stream_kernel<FP8, R, U>;
+    const size_t smem = gemv_mma_stream_smem(M, R, K);
     GLM53_TRY(cuda_smem_optin(cb, kernel, smem, "matmul (mma stream)"));
     segs.tiles = 0;
     for (int s = 0; s < segs.n; s++) {
@@ -145,12 +143,8 @@ static glm53_status gemv_mma_stream_launch(cuda_backend *cb, gemv_mma_segments &
     unsigned blocks;
     int per_block;
     GLM53_TRY(gemv_mma_stream_grid(cb, kernel, smem, segs.tiles, &blocks, &per_block));
-    if (stages)
-        CUDA_TRY(cuda_launch(cb, gemv_mma_stream_kernel<FP8, R, U, true>, blocks, GEMV_MMA_THREADS, smem, cb->pdl, segs,
-                             x, M, K, per_block, stages));
-    else
-        CUDA_TRY(cuda_launch(cb, gemv_mma_stream_kernel<FP8, R, U, false>, blocks, GEMV_MMA_THREADS, smem, cb->pdl,
-                             segs, x, M, K, per_block, 0));
+    CUDA_TRY(cuda_launch(cb, gemv_mma_stream_kernel<FP8, R, U>, blocks, GEMV_MMA_THREADS, smem, cb->pdl, segs, x, M, K,
+                         per_block));
     CUDA_LAUNCHED("matmul (mma stream)");
     return GLM53_OK;
 }

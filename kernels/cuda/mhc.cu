@@ -113,19 +113,12 @@ mhc_project_kernel(float *part, act_in H, weight_ref fn, int64_t S, int64_t D) {
     }
 }
 
-/* Sum over the chunks, in chunk order, of stage 1's partial value j of row n. The loads of 32 chunks go out
- * before the first add (32 chunks a row at the real dims: one round trip to L2, where 8 at a time took four). */
+/* Sum over the chunks, in chunk order, of stage 1's partial value j of row n. */
 __device__ inline float mhc_chunk_sum(const float *part, int64_t n, int n_chunks, int n_mix, int j) {
     const float *p = part + (int64_t)n * n_chunks * (n_mix + 1) + j;
     float v = 0.0f;
-    for (int c0 = 0; c0 < n_chunks; c0 += 32) {
-        float t[32];
-#pragma unroll
-        for (int c = 0; c < 32; c++) t[c] = c0 + c < n_chunks ? p[(int64_t)(c0 + c) * (n_mix + 1)] : 0.0f;
-#pragma unroll
-        for (int c = 0; c < 32; c++)
-            if (c0 + c < n_chunks) v += t[c];
-    }
+#pragma unroll 8
+    for (int c = 0; c < n_chunks; c++) v += p[(int64_t)c * (n_mix + 1)];
     return v;
 }
 

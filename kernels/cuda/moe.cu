@@ -42,7 +42,11 @@
 #include <new>
 #include <vector>
 
-enum { ROUTE_THREADS = 128, ROUTE_PER_LANE = 16 /* experts a lane of the top-k warp holds: E <= 512 */, EXPERT_THREADS = 256 };
+enum {
+    ROUTE_THREADS = 128,
+    ROUTE_PER_LANE = 16,   /* experts a lane of moe_route's top-k warp holds: E <= 512 */
+    EXPERT_THREADS = 256,
+};
 static const int64_t DEVICE_PATH_MAX_ROWS = 16;   /* rows up to which moe_experts stays on the device */
 static const int64_t EXPERT_CHUNK_ROWS = 512;   /* token rows per round of moe_experts: bounds its scratch */
 
@@ -347,35 +351,27 @@ struct expert_down_tiles : expert_tiles_common {
     }
 };
 
-/* Grid: ceil(tiles / per_block) blocks of GEMV_MMA_THREADS; gemv_mma_stream_smem(x_rows, 2, K) bytes, plus the
- * ring's with stages >= 2. */
-template <class Tiles, bool FP8, bool RING>
+/* Grid: ceil(tiles / per_block) blocks of GEMV_MMA_THREADS; gemv_mma_stream_smem(x_rows, 2, K) bytes. */
+template <class Tiles, bool FP8>
 __global__ void __launch_bounds__(GEMV_MMA_THREADS)
-expert_stream_kernel(const Tiles tiles, int n_tiles, int per_block, const __nv_bfloat16 *x, int x_rows, int K,
-                     int stages) {
+expert_stream_kernel(const Tiles tiles, int n_tiles, int per_block, const __nv_bfloat16 *x, int x_rows, int K) {
     extern __shared__ __align__(16) uint8_t expert_smem[];
     const int t_begin = blockIdx.x * per_block, t_end = min(t_begin + per_block, n_tiles);
-    gemv_mma_stream<FP8, 2, 2, RING>(expert_smem, tiles, t_begin, t_end, x, x_rows, 1, K, stages);
+    gemv_mma_stream<FP8, 2, 2>(expert_smem, tiles, t_begin, t_end, x, x_rows, 1, K);
 }
 
 template <class Tiles, bool FP8>
 static glm53_status expert_stream_launch(cuda_backend *cb, const Tiles &tiles, int n_tiles, const __nv_bfloat16 *x,
                                          int x_rows, int K, const char *what) {
-    const int stages = gemv_mma_stages(cb->gemv_stages, (size_t)cb->smem_optin, FP8, x_rows, 2, 2, K);
-    const void *kernel = stages ? (const void *)expert_stream_kernel<Tiles, FP8, true>
-                                : (const void *)expert_stream_kernel<Tiles, FP8, false>;
-    const size_t smem = gemv_mma_stream_smem(x_rows, 2, K) + (stages ? gemv_mma_ring_smem(FP8, 2, 2, stages) : 0);
+    const void *kernel = (const void *)expert_stream_kernel<Tiles, FP8>;
+    const size_t smem = gemv_mma_stream_smem(x_rows, 2, K);
     GLM53_TRY(cuda_smem_optin(cb, kernel, smem, what));
     if (n_tiles == 0) return GLM53_OK;
     unsigned blocks;
     int per_block;
     GLM53_TRY(gemv_mma_stream_grid(cb, kernel, smem, n_tiles, &blocks, &per_block));
-    if (stages)
-        CUDA_TRY(cuda_launch(cb, expert_stream_kernel<Tiles, FP8, true>, blocks, GEMV_MMA_THREADS, smem, cb->pdl, tiles,
-                             n_tiles, per_block, x, x_rows, K, stages));
-    else
-        CUDA_TRY(cuda_launch(cb, expert_stream_kernel<Tiles, FP8, false>, blocks, GEMV_MMA_THREADS, smem, cb->pdl, tiles,
-                             n_tiles, per_block, x, x_rows, K, 0));
+    CUDA_TRY(cuda_launch(cb, expert_stream_kernel<Tiles, FP8>, blocks, GEMV_MMA_THREADS, smem, cb->pdl, tiles, n_tiles,
+                         per_block, x, x_rows, K));
     CUDA_LAUNCHED(what);
     return GLM53_OK;
 }

@@ -183,8 +183,8 @@ glm53_status cuda_layernorm(glm53_backend *be, glm53_tensor *y, const glm53_tens
     GLM53_TRY(optional_param(b, D, &br, "layernorm"));
     GLM53_TRY(cuda_enter(cb));
     if (M == 0 || D == 0) return GLM53_OK;
-    CUDA_TRY(cuda_launch(cb, layernorm_kernel, (unsigned)M, NORM_THREADS, 0, cb->pdl, cuda_act_out(y), cuda_act_in(x), wr,
-                         w != nullptr, br, b != nullptr, D, eps));
+    CUDA_TRY(cuda_launch(cb, layernorm_kernel, (unsigned)M, NORM_THREADS, 0, cb->pdl, cuda_act_out(y), cuda_act_in(x),
+                         wr, w != nullptr, br, b != nullptr, D, eps));
     CUDA_LAUNCHED("layernorm");
     return GLM53_OK;
 }

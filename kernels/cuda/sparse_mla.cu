@@ -521,15 +521,16 @@ glm53_status cuda_sparse_mla(glm53_backend *be, glm53_tensor *o, const glm53_ten
         CUDA_TRY(cuda_launch(cb, sparse_mla_qh_kernel, dim3(ceil_div(R, QH_COLS), (unsigned)H, ceil_div(nc, MLA_ROWS)),
                              MLA_THREADS, 0, cb->pdl, qh, qa, kr, w_vec, t0, nc, H, dk, dv, R));
         CUDA_LAUNCHED("sparse_mla (qh)");
-        CUDA_TRY(cuda_launch(cb, sparse_mla_scores_kernel, dim3(ceil_div(W, SC_POS), ceil_div(H, SC_HEADS), (unsigned)nc),
-                             MLA_THREADS, 0, cb->pdl, S, qh, la, l_vec, ids, t0, H, R, W, cap, scale, cb->fault));
+        CUDA_TRY(cuda_launch(cb, sparse_mla_scores_kernel,
+                             dim3(ceil_div(W, SC_POS), ceil_div(H, SC_HEADS), (unsigned)nc), MLA_THREADS, 0, cb->pdl,
+                             S, qh, la, l_vec, ids, t0, H, R, W, cap, scale, cb->fault));
         CUDA_LAUNCHED("sparse_mla (scores)");
         CUDA_TRY(cuda_launch(cb, sparse_mla_pv_kernel, dim3(ceil_div(R, PV_COLS), (unsigned)nS, (unsigned)(nc * n_ht)),
                              MLA_THREADS, 0, cb->pdl, cpart, mpart, lpart, S, la, l_vec, ids, t0, nc, H, R, W, cap));
         CUDA_LAUNCHED("sparse_mla (pv)");
-        CUDA_TRY(cuda_launch(cb, sparse_mla_out_kernel, dim3(ceil_div(dv, OUT_ROWS), (unsigned)H, ceil_div(nc, MLA_ROWS)),
-                             MLA_THREADS, out_smem, cb->pdl, oa, cpart, mpart, lpart, kr, w_vec, t0, nc, H, dk, dv, R,
-                             nS));
+        CUDA_TRY(cuda_launch(cb, sparse_mla_out_kernel,
+                             dim3(ceil_div(dv, OUT_ROWS), (unsigned)H, ceil_div(nc, MLA_ROWS)), MLA_THREADS, out_smem,
+                             cb->pdl, oa, cpart, mpart, lpart, kr, w_vec, t0, nc, H, dk, dv, R, nS));
         CUDA_LAUNCHED("sparse_mla (out)");
     }
     return GLM53_OK;

@@ -20,8 +20,15 @@
  *   4  the engine's tensor-core GEMV for BF16 activations (gemv_mma.cuh: mma.sync m16n8k16, 8 warps splitting K,
  *      R n-tiles of 8 rows per warp, U groups of loads in flight), batch invariant by construction; FP8 codes
  *      turned into BF16 by moving bits. "4cvt": the same through the hardware e4m3x2 -> f16x2 cvt.
+ *   5  the engine's streaming form of version 4 (gemv_mma_stream: a block takes a run of tiles, x staged once,
+ *      each warp's next step of weights in registers, the loads running on across tiles).
+ *   6  version 5 with each warp's weights copied by cp.async into a ring of S steps in shared memory (S - 1
+ *      steps in flight, 37-93 registers a thread instead of 88-193). Slower than 5 on every shape on the H100
+ *      (2026-12-07: KDA q/k/v 27.1 -> 32.2 us, MLA o_proj FP8 31.6 -> 61.6 us at R2 U2 S4; the whole decode step
+ *      2.887 -> 3.918 ms): kept as the measured alternative, not in the engine.
  *   cublas  cublasGemmEx BF16 x BF16 -> F32 (the engine's BF16-weight path).
- * Versions 1-3 are kept as the measured alternatives (docs/performance.md has the table and what it decided).
+ * Versions 1-3 and 6 are kept as the measured alternatives (docs/performance.md has the tables and what they
+ * decided).
  *
  * Timing: each measurement is a CUDA graph of 20 launches, each on its own copy of the weight (copies rotate so
  * that the bytes in flight exceed L2 several times), replayed 8 times; the figure is the median replay (the first
@@ -314,16 +321,187 @@ static void launch_v4(gpu_case &g, int i, int M) {
     kernel<<<blocks, GEMV_MMA_THREADS, smem, stream>>>(act_out{g.y, false}, g.x, wr, M, g.N, g.K, slab);
 }
 
-/* Version 5: the streaming form (one segment), as many blocks as the device holds at once; S >= 2: the weights
- * through a ring of S steps in shared memory (gemv_mma_stream_ring), else one step ahead in registers. */
-template <int R, int U, int S = 0>
+/* ------------------------------------------------------------------------------------------------------------
+ * Version 6, the asynchronous form: each lane copies its weights global -> shared with cp.async into a ring of
+ * `stages` steps of its own (no other lane reads them, so no barrier guards the ring: cp.async.wait_group orders
+ * a lane's copies before its own reads), `stages - 1` steps ahead of the MMAs. The register form holds one step ahead
+ * in registers (the kernel runs 92-157 registers a thread, so one or two blocks per multiprocessor and few bytes
+ * in flight: FP8 at one row stayed at 0.5-0.6 of the bandwidth floor); the ring keeps stages - 1 steps in flight
+ * for no registers. A step's values, their order and the arithmetic are the register form's: the same bits.
+ */
+__device__ inline void v6_cp_async16(void *dst, const void *src, int src_bytes) {   /* src_bytes 0: zeros */
+    const uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(src_bytes) : "memory");
+}
+__device__ inline void v6_cp_async4(void *dst, const void *src) {
+    const uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(d), "l"(src) : "memory");
+}
+__device__ inline void v6_cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+/* Waits until at most `pending` of this thread's committed groups are still in flight (wait_group takes a
+ * constant; the ring's depth is a run-time choice). */
+__device__ inline void v6_cp_async_wait(int pending) {
+    switch (pending) {
+    case 1: asm volatile("cp.async.wait_group 1;" ::: "memory"); break;
+    case 2: asm volatile("cp.async.wait_group 2;" ::: "memory"); break;
+    case 3: asm volatile("cp.async.wait_group 3;" ::: "memory"); break;
+    case 4: asm volatile("cp.async.wait_group 4;" ::: "memory"); break;
+    case 5: asm volatile("cp.async.wait_group 5;" ::: "memory"); break;
+    case 6: asm volatile("cp.async.wait_group 6;" ::: "memory"); break;
+    case 7: asm volatile("cp.async.wait_group 7;" ::: "memory"); break;
+    default: asm volatile("cp.async.wait_group 0;" ::: "memory"); break;
+    }
+}
+
+/* One lane's slot of a ring step: U x R 16-byte weight pieces and (FP8) their scales, [u][r][lane]. */
+template <bool FP8, int R, int U>
+struct v6_ring {
+    uint4 *w;       /* this warp's ring [stages][U][R][32] */
+    float *scale;   /* [stages][U][R][32] (FP8) */
+    int    lane;
+    __device__ int at(int slot, int u, int r) const { return ((slot * U + u) * R + r) * 32 + lane; }
+
+    /* Copies the step of k-groups kg0, kg0 + 8, ... of the R n-tiles into `slot`: gemv_mma_load's values (zeros
+     * past the groups or the weight's rows, scale 1 without a block scale). */
+    __device__ void load(int slot, const gemv_mma_lane_rows (&t)[R], int kg0, int groups, int q,
+                         const void *any_global) const {
+        constexpr int CH = FP8 ? 16 : 8, GROUP = 4 * CH;
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int kg = kg0 + GEMV_MMA_WARPS * u;
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                const size_t col = (size_t)kg * GROUP + CH * q;
+                const bool real = kg < groups && t[r].row;
+                v6_cp_async16(&w[at(slot, u, r)], real ? (const void *)(t[r].row + col * (FP8 ? 1 : 2)) : any_global,
+                                    real ? 16 : 0);
+                if (FP8) {
+                    if (t[r].scale_row && kg < groups)
+                        v6_cp_async4(&scale[at(slot, u, r)], t[r].scale_row + (int64_t)kg * GROUP / t[r].block_cols);
+                    else
+                        scale[at(slot, u, r)] = 1.0f;
+                }
+            }
+        }
+    }
+    __device__ void read(gemv_mma_step<FP8, R, U> &s, int slot) const {
+#pragma unroll
+        for (int u = 0; u < U; u++)
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                s.w[u][r] = w[at(slot, u, r)];
+                s.scale[u][r] = FP8 ? scale[at(slot, u, r)] : 1.0f;
+            }
+    }
+};
+
+/* gemv_mma_stream_registers' product with the weights through the ring. `smem` holds x, the two sums areas, then
+ * the ring (v6_ring_smem(FP8, R, U, stages) bytes), stages >= 2. A warp's steps are numbered across its
+ * tiles (steps_per_tile each: the k-groups warp, warp + 8 U, ...), so the copies run on from one tile into the
+ * next while a tile's sums are reduced and stored. */
+template <bool FP8, int R, int U, class Tiles>
+__device__ inline void v6_stream_ring(uint8_t *smem, const Tiles &tiles, int t_begin, int t_end,
+                                            const __nv_bfloat16 *__restrict__ x, int x_rows, int M, int K,
+                                            int stages) {
+    constexpr int GROUP = FP8 ? 64 : 32;
+    const int ld = K + GEMV_MMA_PAD, groups = K / GROUP;
+    __nv_bfloat16 *xs = reinterpret_cast<__nv_bfloat16 *>(smem);
+    float *sums = reinterpret_cast<float *>(smem + (size_t)x_rows * ld * 2);
+    uint8_t *ring_base = smem + (size_t)x_rows * ld * 2 + 2 * (size_t)GEMV_MMA_WARPS * R * 16 * 8 * 4;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x / 32, g = lane / 4, q = lane % 4;
+    const int per_warp = stages * U * R * 32;
+    const v6_ring<FP8, R, U> ring = {
+        reinterpret_cast<uint4 *>(ring_base) + (size_t)warp * per_warp,
+        reinterpret_cast<float *>(ring_base + (size_t)GEMV_MMA_WARPS * per_warp * 16) + (size_t)warp * per_warp, lane};
+    cuda_pdl_launch_dependents();
+
+    /* This warp's steps: steps_per_tile per tile, all tiles in a row; step j of tile t starts at group
+     * warp + 8 U j. The producer copies step `made` into slot made % stages. */
+    const int steps_per_tile = groups > warp ? (groups - warp + GEMV_MMA_WARPS * U - 1) / (GEMV_MMA_WARPS * U) : 0;
+    const int n_steps = (t_end > t_begin ? t_end - t_begin : 0) * steps_per_tile;
+    gemv_mma_lane_rows made_rows[R];
+    int made = 0;
+    auto produce = [&]() {   /* copies the next step (if any) and closes its group (always: the counts stay even) */
+        if (made < n_steps) {
+            const int j = made % steps_per_tile;
+            if (j == 0) tiles.rows(t_begin + made / steps_per_tile, made_rows, g);
+            ring.load(made % stages, made_rows, warp + GEMV_MMA_WARPS * U * j, groups, q, x);
+        }
+        v6_cp_async_commit();
+        made++;
+    };
+
+    if constexpr (!Tiles::rows_before_wait) cuda_pdl_wait();
+    for (int i = 0; i < stages - 1; i++) produce();
+    if constexpr (Tiles::rows_before_wait) cuda_pdl_wait();
+    if (t_begin >= t_end) {   /* the whole block */
+        v6_cp_async_wait(0);
+        return;
+    }
+    gemv_mma_stage_x<FP8, false>(xs, ld, x, x_rows, x_rows, K, 0, K);
+    __syncthreads();
+    int used = 0;
+    for (int t = t_begin, parity = 0; t < t_end; t++, parity ^= 1) {
+        gemv_mma_lane_rows unused[R];
+        const int x_row = tiles.rows(t, unused, g);
+        float acc[R][4];
+#pragma unroll
+        for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = acc[r][2] = acc[r][3] = 0.0f;
+        for (int j = 0; j < steps_per_tile; j++, used++) {
+            produce();                                   /* step used + stages - 1 */
+            v6_cp_async_wait(stages - 1);          /* step `used` has landed */
+            gemv_mma_step<FP8, R, U> p;
+            ring.read(p, used % stages);
+            gemv_mma_compute<FP8, R, U, false>(acc, p, xs, ld, x_row, M, warp + GEMV_MMA_WARPS * U * j, groups, g, q);
+        }
+        float *s = sums + parity * GEMV_MMA_WARPS * R * 16 * 8;
+        gemv_mma_reduce<R>(s, acc, warp, g, q);
+        tiles.store(t, s);
+    }
+    v6_cp_async_wait(0);   /* the empty groups closed past the last step */
+}
+
+/* The weight ring of version 6: per warp, `stages` steps of U k-groups of R n-tiles, a lane's 16 bytes each, and
+ * (FP8) their block scales. */
+static inline size_t v6_ring_smem(bool fp8, int R, int U, int stages) {
+    return (size_t)GEMV_MMA_WARPS * stages * U * R * 32 * (16 + (fp8 ? 4 : 0));
+}
+
+/* Version 5: the streaming form (one segment), as many blocks as the device holds at once. */
+template <int R, int U>
 static void launch_v5(gpu_case &g, int i, int M) {
     gemv_mma_segments segs = {};
     segs.n = 1;
     segs.seg[0] = {bench_weight_ref(g, i), act_out{g.y, false}, g.N, 0};
     segs.tiles = (g.N + 8 * R - 1) / (8 * R);
-    const size_t smem = gemv_mma_stream_smem(M, R, g.K) + (S ? gemv_mma_ring_smem(g.fp8, R, U, S) : 0);
-    auto kernel = g.fp8 ? gemv_mma_stream_kernel<true, R, U, (S >= 2)> : gemv_mma_stream_kernel<false, R, U, (S >= 2)>;
+    const size_t smem = gemv_mma_stream_smem(M, R, g.K);
+    auto kernel = g.fp8 ? gemv_mma_stream_kernel<true, R, U> : gemv_mma_stream_kernel<false, R, U>;
+    CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    int per_sm = 0;
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, GEMV_MMA_THREADS, smem));
+    const int most = std::max(per_sm, 1) * n_sm, per_block = (segs.tiles + most - 1) / most;
+    kernel<<<(segs.tiles + per_block - 1) / per_block, GEMV_MMA_THREADS, smem, stream>>>(segs, g.x, M, g.K, per_block);
+}
+
+/* Version 6: version 5 with each warp's weights through a ring of S steps in shared memory (v6_stream_ring). */
+template <bool FP8, int R, int U>
+__global__ void __launch_bounds__(GEMV_MMA_THREADS)
+v6_kernel(const __grid_constant__ gemv_mma_segments segs, const __nv_bfloat16 *x, int M, int K, int tiles_per_block,
+          int stages) {
+    extern __shared__ __align__(16) uint8_t v6_smem[];
+    const int t_begin = blockIdx.x * tiles_per_block, t_end = min(t_begin + tiles_per_block, segs.tiles);
+    const gemv_mma_segment_tiles<FP8, R> tiles{segs, M, K};
+    v6_stream_ring<FP8, R, U>(v6_smem, tiles, t_begin, t_end, x, M, M, K, stages);
+}
+
+template <int R, int U, int S>
+static void launch_v6(gpu_case &g, int i, int M) {
+    gemv_mma_segments segs = {};
+    segs.n = 1;
+    segs.seg[0] = {bench_weight_ref(g, i), act_out{g.y, false}, g.N, 0};
+    segs.tiles = (g.N + 8 * R - 1) / (8 * R);
+    const size_t smem = gemv_mma_stream_smem(M, R, g.K) + v6_ring_smem(g.fp8, R, U, S);
+    auto kernel = g.fp8 ? v6_kernel<true, R, U> : v6_kernel<false, R, U>;
     CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     int per_sm = 0;
     CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, GEMV_MMA_THREADS, smem));
@@ -347,10 +525,12 @@ struct version {
 
 static size_t smem_v2(int M, int K) { return (size_t)M * K * 4; }
 template <int R> static size_t smem_v4(int M, int K) { return gemv_mma_smem(M, R, gemv_mma_slab(M, K)); }
-template <int R, int U = 1, int S = 0> static size_t smem_v5(int M, int K) {   /* x whole, or it does not run */
-    return (int64_t)M * (K + GEMV_MMA_PAD) * 2 <= GEMV_MMA_X_BUDGET
-               ? gemv_mma_stream_smem(M, R, K) + (S ? gemv_mma_ring_smem(true, R, U, S) : 0)
-               : SIZE_MAX;
+template <int R> static size_t smem_v5(int M, int K) {   /* x whole, or the version does not run */
+    return (int64_t)M * (K + GEMV_MMA_PAD) * 2 <= GEMV_MMA_X_BUDGET ? gemv_mma_stream_smem(M, R, K) : SIZE_MAX;
+}
+template <int R, int U, int S> static size_t smem_v6(int M, int K) {
+    const size_t v5 = smem_v5<R>(M, K);
+    return v5 == SIZE_MAX ? SIZE_MAX : v5 + v6_ring_smem(true, R, U, S);
 }
 
 static const version VERSIONS[] = {
@@ -367,11 +547,11 @@ static const version VERSIONS[] = {
     {"5 R2 U2", launch_v5<2, 2>, true, true, smem_v5<2>},
     {"5 R2 U4", launch_v5<2, 4>, true, true, smem_v5<2>},
     {"5 R4 U2", launch_v5<4, 2>, true, true, smem_v5<4>},
-    {"5 R1 U8 S3", launch_v5<1, 8, 3>, true, true, smem_v5<1, 8, 3>},
-    {"5 R2 U2 S4", launch_v5<2, 2, 4>, true, true, smem_v5<2, 2, 4>},
-    {"5 R2 U2 S6", launch_v5<2, 2, 6>, true, true, smem_v5<2, 2, 6>},
-    {"5 R2 U1 S8", launch_v5<2, 1, 8>, true, true, smem_v5<2, 1, 8>},
-    {"5 R4 U2 S3", launch_v5<4, 2, 3>, true, true, smem_v5<4, 2, 3>},
+    {"6 R1 U8 S3", launch_v6<1, 8, 3>, true, true, smem_v6<1, 8, 3>},
+    {"6 R2 U2 S4", launch_v6<2, 2, 4>, true, true, smem_v6<2, 2, 4>},
+    {"6 R2 U2 S6", launch_v6<2, 2, 6>, true, true, smem_v6<2, 2, 6>},
+    {"6 R2 U1 S8", launch_v6<2, 1, 8>, true, true, smem_v6<2, 1, 8>},
+    {"6 R4 U2 S3", launch_v6<4, 2, 3>, true, true, smem_v6<4, 2, 3>},
     {"cublas", launch_cublas, false, true, nullptr},
 };
 
