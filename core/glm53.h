@@ -480,8 +480,8 @@ GLM53_API int32_t      glm53_tokenizer_is_added(const glm53_tokenizer *tok, int3
 /* ---- Sampling ---- */
 /* Vocab-wide sampling on host F32 logits rows (as glm53_step_output returns them). A glm53_sampler belongs to
  * one sequence: it owns that sequence's seeded RNG and its penalty history, and preallocated scratch for one
- * row, so no call below allocates per token (the output history grows by doubling). GPU-side sampling does not
- * exist yet: logits come to the host first.
+ * row, so no call below allocates per token (the output history grows by doubling). Logits come to the host
+ * first, or only their best few (glm53_sampler_sample_top below).
  *
  * The filtered distribution of a row, in vLLM's order (definitions are vLLM's, which HF shares where both exist):
  *   0. ids >= n_valid (padded vocabulary rows) are banned; their logits are not read
@@ -552,6 +552,17 @@ GLM53_API glm53_status glm53_sampler_sample_residual(glm53_sampler *s, const flo
 GLM53_API glm53_status glm53_sampler_candidates(glm53_sampler *s, const float *logits, int32_t max_n,
                                                 int32_t *ids, float *cand_logits, float *cand_probs,
                                                 int32_t *n_out);
+/* The same draw from a row's best logits instead of the whole row: a step's top-k outputs, chosen where the
+ * logits are (glm53_step_output.top_k, top_n_valid = the sampler's n_valid), so no logits row comes to the host.
+ * glm53_sampler_top_needed is how many best logits a draw needs: top_k + 1, or 1 when greedy; 0 when these
+ * settings need the whole row (a logit bias, a penalty, or sampling without a top_k below GLM53_MAX_TOP_K).
+ * glm53_sampler_sample_top draws from ids[n], logits[n] (n >= that; the row's best over the valid ids, best
+ * first, the lower id on equal values, as the step gives them) the token glm53_sampler_sample gives for the
+ * whole row from the same sampler state: the same filters, the same weights summed in the same order, the same
+ * uniform. GLM53_ERR_UNSUPPORTED when top_needed is 0; only the n logits are checked for NaN and +inf. */
+GLM53_API int32_t      glm53_sampler_top_needed(const glm53_sampler *s);
+GLM53_API glm53_status glm53_sampler_sample_top(glm53_sampler *s, const int32_t *ids, const float *logits,
+                                                int32_t n, int32_t *token);
 /* The next uniform double in [0, 1) of the sampler's stream (for policies and rejection tests). */
 GLM53_API glm53_status glm53_sampler_uniform(glm53_sampler *s, double *out);
 

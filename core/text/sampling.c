@@ -6,7 +6,9 @@
  * The pipeline and the definitions are documented in core/glm53.h (Sampling). One row goes through filter_row,
  * which leaves the kept tokens in s->kept[0, n_kept) with unnormalised weights exp(x - max x) in double; every
  * entry point that reads a distribution (probs, sample, candidates) starts from that one function, so the target
- * and the draft of speculative decoding, and the plain and the policy paths, see the same filters.
+ * and the draft of speculative decoding, and the plain and the policy paths, see the same filters. filter_top
+ * starts from a row's best logits instead (a step's top-k outputs) and ends in the same finish_row, with the
+ * same result whenever glm53_sampler_top_needed says it can (the argument is at filter_top).
  *
  * Cost per row: O(V) for bias, the NaN check, exp and min-p; penalties cost O(distinct seen tokens); top-k
  * selects with a size-k heap (O(V log k)); top-p without top-k first drops every token whose probability is
@@ -22,7 +24,8 @@
 /* Temperatures below this are greedy (vLLM's _SAMPLING_EPS): dividing by less would only overflow. */
 #define GREEDY_BELOW 1e-5f
 
-/* One kept token: its processed logit (the sort key), id (the tie-break) and unnormalised weight. */
+/* One kept token: its processed logit before the temperature (the sort key: the order a step's top-k outputs
+ * have, so filter_top can start from them), id (the tie-break) and unnormalised weight. */
 typedef struct {
     double  w;
     float   x;
@@ -46,7 +49,7 @@ struct glm53_sampler {
     float   *x;                         /* [V] scratch: the processed logits of the current row */
     cand    *kept;                      /* [V] scratch: the kept tokens of the current row */
     int32_t  n_kept;
-    bool     kept_sorted;               /* kept[] is in (x desc, id asc) order */
+    bool     kept_sorted;               /* kept[] is in rank order (x desc, id asc) */
     double   kept_total;                /* sum of kept[].w */
 };
 
@@ -385,6 +388,8 @@ static glm53_status process_logits(glm53_sampler *s, const float *logits) {
     return GLM53_OK;
 }
 
+static void finish_row(glm53_sampler *s, int32_t n, double total);
+
 /* Runs the whole pipeline on one row: s->kept[0, n_kept) with weights, total kept_total. */
 static glm53_status filter_row(glm53_sampler *s, const float *logits) {
     if (!s || !logits) return GLM53_FAIL(GLM53_ERR_INVALID_ARG, "sampler: sampler and logits are required");
@@ -405,18 +410,26 @@ static glm53_status filter_row(glm53_sampler *s, const float *logits) {
     }
 
     /* Softmax weights relative to the maximum, w = exp((x - x_max) / T) in double; min-p is a cut on them
-     * (w / w_max = p / p_max). The float x / T is the sort key and the logit candidates report. */
+     * (w / w_max = p / p_max). The kept tokens in id order, their total in id order. */
     double t = p->temperature, xbest = x[best];
     int32_t n = 0;
     double total = 0.0;
     for (int32_t i = 0; i < V; i++) {
         if (x[i] == -INFINITY) continue;
         double w = exp(((double)x[i] - xbest) / t);
-        x[i] = (float)((double)x[i] / t);
         if (w <= 0.0 || w < (double)p->min_p) continue;
         s->kept[n++] = (cand){w, x[i], i};
         total += w;
     }
+    finish_row(s, n, total);
+    return GLM53_OK;
+}
+
+/* Steps 6-8 on s->kept[0, n), which step 5 left in id order with `total` their sum in id order: top-k, top-p;
+ * the result in s->kept, n_kept, kept_sorted, kept_total. filter_row (a whole row) and filter_top (a row's best
+ * logits) both end here, so the two apply the same filters. */
+static void finish_row(glm53_sampler *s, int32_t n, double total) {
+    const glm53_sampler_params *p = &s->params;
     bool sorted = false;
     if (p->top_k > 0 && p->top_k < n) {
         select_top(s->kept, n, p->top_k);
@@ -446,6 +459,70 @@ static glm53_status filter_row(glm53_sampler *s, const float *logits) {
     s->n_kept = n;
     s->kept_sorted = sorted;
     s->kept_total = total;
+}
+
+int32_t glm53_sampler_top_needed(const glm53_sampler *s) {
+    if (!s) return 0;
+    const glm53_sampler_params *p = &s->params;
+    if (s->bias || p->repetition_penalty != 1.0f || p->frequency_penalty != 0.0f || p->presence_penalty != 0.0f)
+        return 0;   /* the processed logits are not the row's: its best ones may not hold the answer */
+    if (p->temperature < GREEDY_BELOW) return 1;
+    if (p->top_k <= 0 || p->top_k >= s->vocab || p->top_k >= GLM53_MAX_TOP_K) return 0;
+    return p->top_k + 1;
+}
+
+/* filter_row's result from the row's n best logits (ids[n], logits[n]: best first, the lower id on equal values,
+ * over the valid ids), n >= glm53_sampler_top_needed(s) > 0. Why it is the same: every token step 5 keeps from
+ * the whole row and is not among the n has a logit at most the n-th one's. If a candidate is dropped by step 5
+ * (or is -inf), so is every token after it, inside the n or not: the kept set is complete, the same id-ordered
+ * list filter_row builds. If none is dropped, filter_row keeps more than n > top_k tokens, so top-k runs and keeps
+ * the top_k best, which are the first top_k candidates either way. The weights are the same doubles
+ * (exp((x - x_max) / T) with x_max = logits[0]), summed in the same order. */
+static glm53_status filter_top(glm53_sampler *s, const int32_t *ids, const float *logits, int32_t n) {
+    if (!s || !ids || !logits) return GLM53_FAIL(GLM53_ERR_INVALID_ARG, "sampler_sample_top: sampler, ids and logits "
+                                                 "are required");
+    const glm53_sampler_params *p = &s->params;
+    const int32_t needed = glm53_sampler_top_needed(s);
+    if (needed == 0)
+        return GLM53_FAIL(GLM53_ERR_UNSUPPORTED, "sampler_sample_top: these settings need the whole row (a logit "
+                          "bias, a penalty, or sampling without a top_k below %d)", GLM53_MAX_TOP_K);
+    if (n < needed)
+        return GLM53_FAIL(GLM53_ERR_INVALID_ARG, "sampler_sample_top: %d candidates; top_k %d needs %d", n, p->top_k,
+                          needed);
+    const int32_t valid = p->n_valid > 0 && p->n_valid < s->vocab ? p->n_valid : s->vocab;
+    for (int32_t i = 0; i < n; i++) {
+        if (ids[i] < 0 || ids[i] >= valid)
+            return GLM53_FAIL(GLM53_ERR_OUT_OF_RANGE, "sampler_sample_top: candidate %d is token %d, outside the "
+                              "valid ids [0, %d)", i, ids[i], valid);
+        if (isnan(logits[i]) || logits[i] == INFINITY)
+            return GLM53_FAIL(GLM53_ERR_INVALID_ARG, "sampler: logit of token %d is %g (NaN and +inf are not "
+                              "allowed)", ids[i], logits[i]);
+        if (i > 0 && !(logits[i] < logits[i - 1] || (logits[i] == logits[i - 1] && ids[i] > ids[i - 1])))
+            return GLM53_FAIL(GLM53_ERR_INVALID_ARG, "sampler_sample_top: candidates %d and %d are not best first "
+                              "(ties: the lower id first)", i - 1, i);
+    }
+    const double xbest = logits[0];
+    if (logits[0] == -INFINITY)
+        return GLM53_FAIL(GLM53_ERR_INVALID_ARG, "sampler: every token is banned (all logits are -inf)");
+    if (p->temperature < GREEDY_BELOW) {
+        s->kept[0] = (cand){1.0, logits[0], ids[0]};
+        s->n_kept = 1;
+        s->kept_sorted = true;
+        s->kept_total = 1.0;
+        return GLM53_OK;
+    }
+    const double t = p->temperature;
+    int32_t m = 0;
+    for (int32_t i = 0; i < n; i++) {
+        if (logits[i] == -INFINITY) continue;
+        double w = exp(((double)logits[i] - xbest) / t);
+        if (w <= 0.0 || w < (double)p->min_p) continue;
+        s->kept[m++] = (cand){w, logits[i], ids[i]};
+    }
+    qsort(s->kept, (size_t)m, sizeof *s->kept, cmp_id);
+    double total = 0.0;
+    for (int32_t i = 0; i < m; i++) total += s->kept[i].w;
+    finish_row(s, m, total);
     return GLM53_OK;
 }
 
@@ -474,26 +551,32 @@ static int32_t draw_ascending(const float *w, int32_t V, double total, double u)
     return last;
 }
 
-glm53_status glm53_sampler_sample(glm53_sampler *s, const float *logits, int32_t *token) {
-    if (!token) return GLM53_FAIL(GLM53_ERR_INVALID_ARG, "sampler_sample: token is required");
-    GLM53_TRY(filter_row(s, logits));
-    if (s->params.temperature < GREEDY_BELOW) {   /* greedy: no draw */
-        *token = s->kept[0].id;
-        return GLM53_OK;
-    }
+/* The draw from the kept tokens filter_row or filter_top left. */
+static int32_t draw_kept(glm53_sampler *s) {
+    if (s->params.temperature < GREEDY_BELOW) return s->kept[0].id;   /* greedy: no draw */
     /* Walk the kept tokens in id order, whatever order the filters left them in, so that a draw depends on
      * the distribution and the stream only. */
     if (s->kept_sorted) qsort(s->kept, (size_t)s->n_kept, sizeof *s->kept, cmp_id);
     double target = rng_uniform(s->rng) * s->kept_total, run = 0.0;
-    int32_t pick = s->kept[s->n_kept - 1].id;   /* if rounding leaves the running sum short */
     for (int32_t i = 0; i < s->n_kept; i++) {
         run += s->kept[i].w;
-        if (run > target) {
-            pick = s->kept[i].id;
-            break;
-        }
+        if (run > target) return s->kept[i].id;
     }
-    *token = pick;
+    return s->kept[s->n_kept - 1].id;   /* rounding left the running sum short */
+}
+
+glm53_status glm53_sampler_sample(glm53_sampler *s, const float *logits, int32_t *token) {
+    if (!token) return GLM53_FAIL(GLM53_ERR_INVALID_ARG, "sampler_sample: token is required");
+    GLM53_TRY(filter_row(s, logits));
+    *token = draw_kept(s);
+    return GLM53_OK;
+}
+
+glm53_status glm53_sampler_sample_top(glm53_sampler *s, const int32_t *ids, const float *logits, int32_t n,
+                                      int32_t *token) {
+    if (!token) return GLM53_FAIL(GLM53_ERR_INVALID_ARG, "sampler_sample_top: token is required");
+    GLM53_TRY(filter_top(s, ids, logits, n));
+    *token = draw_kept(s);
     return GLM53_OK;
 }
 
@@ -544,13 +627,14 @@ glm53_status glm53_sampler_candidates(glm53_sampler *s, const float *logits, int
         return GLM53_FAIL(GLM53_ERR_INVALID_ARG, "sampler_candidates: need max_n >= 1 and ids, logits, probs, "
                           "n_out buffers");
     GLM53_TRY(filter_row(s, logits));
+    const bool greedy = s->params.temperature < GREEDY_BELOW;
     int32_t n = s->n_kept < max_n ? s->n_kept : max_n;
     if (!s->kept_sorted) select_top(s->kept, s->n_kept, n);
     double total = 0.0;
     for (int32_t i = 0; i < n; i++) total += s->kept[i].w;
     for (int32_t i = 0; i < n; i++) {
-        ids[i] = s->kept[i].id;
-        cand_logits[i] = s->kept[i].x;
+        ids[i] = s->kept[i].id;   /* the processed logit after the temperature (step 4), greedy: before */
+        cand_logits[i] = greedy ? s->kept[i].x : (float)((double)s->kept[i].x / s->params.temperature);
         cand_probs[i] = (float)(s->kept[i].w / total);
     }
     *n_out = n;

@@ -2,7 +2,7 @@
  * test_sampling.c - core/sampling.c against a straightforward double-precision reference of the same pipeline
  * (bias, penalties, temperature, min-p, top-k, top-p, renormalise; definitions in core/glm53.h), on random
  * logits with odd vocabulary sizes; the RNG's known answers and seeding; draws against their distributions;
- * edge cases and bad input.
+ * edge cases and bad input; draws from a row's best logits (sample_top) against draws from the whole row.
  */
 #include "core/glm53.h"
 #include "test_util.h"
@@ -504,10 +504,118 @@ static void test_edges(void) {
     }
 }
 
+/* ------------------------------------------------------------------------------------------------------------
+ * Draws from a row's best logits (sample_top) against draws from the whole row (sample)
+ */
+static const float *top_row;
+static int top_cmp(const void *pa, const void *pb) {   /* logit desc, id asc: a step's top-k order */
+    int a = *(const int *)pa, b = *(const int *)pb;
+    if (top_row[a] != top_row[b]) return top_row[a] > top_row[b] ? -1 : 1;
+    return a - b;
+}
+
+static void test_top(void) {
+    enum { V = 3001, VALID = 2990, MAX_N = 64, DRAWS = 16 };
+    float *row = malloc(sizeof(float) * V), best_logits[MAX_N];
+    int *order = malloc(sizeof(int) * VALID);
+    int32_t best_ids[MAX_N];
+    TEST_CASE("sample_top from the row's best logits draws sample's tokens: ties at the boundary, bans, padding") {
+        const float temps[] = {0.0f, 0.35f, 1.0f, 3.0f}, top_ps[] = {1.0f, 0.9f, 0.3f}, min_ps[] = {0.0f, 0.02f, 0.5f};
+        const int32_t top_ks[] = {1, 2, 7, 31, 63};
+        int rows = 0, mismatches = 0, draws = 0;
+        for (int kind = 0; kind < 3; kind++) {
+            /* 0: N(0, 3); 1: 6 levels (long runs of equal logits across the top-k boundary); 2: N(0, 1) with 95%
+             * of the tokens banned (-inf), so fewer than top_k may be left */
+            for (int i = 0; i < V; i++)
+                row[i] = kind == 1 ? (float)(int)(6 * test_uniform()) : test_uniform() < (kind == 2 ? 0.95f : 0.0f)
+                                                                             ? -INFINITY
+                                                                             : (kind ? 1.0f : 3.0f) * test_normal();
+            for (int i = 0; i < VALID; i++) order[i] = i;
+            top_row = row;
+            qsort(order, VALID, sizeof(int), top_cmp);
+            for (int i = 0; i < MAX_N; i++) best_ids[i] = order[i], best_logits[i] = row[order[i]];
+            rows++;
+            for (size_t a = 0; a < sizeof temps / sizeof temps[0]; a++)
+                for (size_t b = 0; b < sizeof top_ks / sizeof top_ks[0]; b++)
+                    for (size_t c = 0; c < sizeof top_ps / sizeof top_ps[0]; c++)
+                        for (size_t d = 0; d < sizeof min_ps / sizeof min_ps[0]; d++) {
+                            glm53_sampler_params p = glm53_sampler_default_params();
+                            p.temperature = temps[a], p.top_k = top_ks[b], p.top_p = top_ps[c], p.min_p = min_ps[d];
+                            p.n_valid = VALID;
+                            p.seed = 1000 + a * 100 + b * 10 + c + d;
+                            glm53_sampler *whole = make(V, p), *top = make(V, p);
+                            int32_t need = glm53_sampler_top_needed(top);
+                            CHECK(need == (temps[a] == 0.0f ? 1 : top_ks[b] + 1), "top_needed %d", need);
+                            /* n from what the settings need up to 64: the extra candidates change nothing */
+                            int32_t n = need + (int32_t)((a + b + c + d) % 3) * (MAX_N - need) / 2;
+                            for (int t = 0; t < DRAWS; t++) {
+                                int32_t x = -1, y = -2;
+                                CHECK(glm53_sampler_sample(whole, row, &x) == GLM53_OK, "sample: %s", glm53_last_error());
+                                CHECK(glm53_sampler_sample_top(top, best_ids, best_logits, n, &y) == GLM53_OK,
+                                      "sample_top: %s", glm53_last_error());
+                                mismatches += x != y;
+                                draws++;
+                            }
+                            glm53_sampler_free(whole);
+                            glm53_sampler_free(top);
+                        }
+        }
+        CHECK(mismatches == 0, "%d of %d draws over %d rows differ between the row and its best logits", mismatches,
+              draws, rows);
+    }
+    TEST_CASE("sample_top refuses what it cannot answer exactly, and bad candidates") {
+        for (int i = 0; i < V; i++) row[i] = test_normal();
+        for (int i = 0; i < V; i++) order[i % VALID] = i % VALID;
+        top_row = row;
+        qsort(order, VALID, sizeof(int), top_cmp);
+        for (int i = 0; i < MAX_N; i++) best_ids[i] = order[i], best_logits[i] = row[order[i]];
+        glm53_sampler_params p = glm53_sampler_default_params();
+        p.temperature = 0.8f, p.top_k = 10, p.n_valid = VALID;
+        glm53_sampler *s = make(V, p);
+        int32_t t = 0;
+        CHECK(glm53_sampler_sample_top(s, best_ids, best_logits, 10, &t) == GLM53_ERR_INVALID_ARG,
+              "10 candidates for top_k 10 accepted (11 are needed)");
+        CHECK(glm53_sampler_sample_top(s, best_ids + 1, best_logits + 1, 11, &t) == GLM53_OK, "shifted: %s",
+              glm53_last_error());   /* a valid order, though not the row's best: the caller's contract */
+        int32_t swapped_ids[MAX_N];
+        float swapped[MAX_N];
+        memcpy(swapped_ids, best_ids, sizeof swapped_ids), memcpy(swapped, best_logits, sizeof swapped);
+        swapped_ids[0] = best_ids[1], swapped_ids[1] = best_ids[0], swapped[0] = best_logits[1], swapped[1] = best_logits[0];
+        CHECK(glm53_sampler_sample_top(s, swapped_ids, swapped, 11, &t) == GLM53_ERR_INVALID_ARG, "unordered accepted");
+        int32_t padded[MAX_N];
+        memcpy(padded, best_ids, sizeof padded);
+        padded[3] = VALID + 2;
+        CHECK(glm53_sampler_sample_top(s, padded, best_logits, 11, &t) == GLM53_ERR_OUT_OF_RANGE, "padded id accepted");
+        float bad[MAX_N];
+        memcpy(bad, best_logits, sizeof bad);
+        bad[0] = NAN;
+        CHECK(glm53_sampler_sample_top(s, best_ids, bad, 11, &t) == GLM53_ERR_INVALID_ARG, "NaN accepted");
+        p.top_k = 0;   /* sampling without top_k: the whole row decides */
+        CHECK(glm53_sampler_set_params(s, &p) == GLM53_OK, "set_params");
+        CHECK(glm53_sampler_top_needed(s) == 0, "top_needed without top_k");
+        CHECK(glm53_sampler_sample_top(s, best_ids, best_logits, MAX_N, &t) == GLM53_ERR_UNSUPPORTED,
+              "without top_k accepted");
+        p.top_k = 64;
+        CHECK(glm53_sampler_set_params(s, &p) == GLM53_OK && glm53_sampler_top_needed(s) == 0, "top_k 64 needs 65");
+        p.top_k = 10, p.presence_penalty = 0.5f;
+        CHECK(glm53_sampler_set_params(s, &p) == GLM53_OK && glm53_sampler_top_needed(s) == 0, "penalty");
+        p.presence_penalty = 0.0f;
+        CHECK(glm53_sampler_set_params(s, &p) == GLM53_OK && glm53_sampler_top_needed(s) == 11, "plain top_k 10");
+        const int32_t bias_id = 5;
+        const float bias_v = 2.0f;
+        CHECK(glm53_sampler_set_logit_bias(s, &bias_id, &bias_v, 1) == GLM53_OK && glm53_sampler_top_needed(s) == 0,
+              "logit bias");
+        glm53_sampler_free(s);
+    }
+    free(row);
+    free(order);
+}
+
 int main(void) {
     test_seed(20260601);
     test_filters();
     test_rng();
     test_edges();
+    test_top();
     return test_finish("test_sampling");
 }

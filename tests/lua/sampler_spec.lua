@@ -129,6 +129,53 @@ local function fake_cand(probs, uniforms)
     return cand
 end
 
+describe("sampler:sample_top on a model step's top-k outputs", function()
+    -- The step chooses each row's 64 best logits where the logits are (on the GPU with GLM53_DEVICE=cuda, where
+    -- this spec then checks the device's selection too); draws from them must be the whole row's draws.
+    local device = require("device")
+    local model = require("glm53.engine.model")
+
+    it("draws the tokens sample() draws from the whole row, for every setting it serves, and refuses the rest", function()
+        local m = assert(model.load("tests/fixtures/tiny-mtp", device.load_opts()))
+        local n_valid = m.vocab_size - 3
+        local seq = assert(m:seq({ max_tokens = 16 }))
+        local b = m:batch({ rows = 8, seqs = 1, top_k = 64, n_valid = n_valid })
+        b:add(seq, { 5, 17, 2, 9 })
+        assert(m:step(b))
+        local logits = b:logits(0)
+        local ids, vals, k = b:top(0)
+        assert.are.equal(64, k)
+        local draws = 0
+        for _, settings in ipairs({
+            { temperature = 0 },
+            { temperature = 0.6, top_k = 1 },
+            { temperature = 0.8, top_k = 20, top_p = 0.9 },
+            { temperature = 1.5, top_k = 63, min_p = 0.05 },
+            { temperature = 1.0, top_k = 40, top_p = 0.5, min_p = 0.01 },
+        }) do
+            for seed = 1, 6 do
+                settings.seed, settings.n_valid = seed, n_valid
+                local whole, top = sampler.new(m.vocab_size, settings), sampler.new(m.vocab_size, settings)
+                assert.is_true(top:top_needed() >= 1 and top:top_needed() <= 64)
+                for _ = 1, 8 do
+                    assert.are.equal(whole:sample(logits), top:sample_top(ids, vals, k))
+                    draws = draws + 1
+                end
+            end
+        end
+        assert.are.equal(5 * 6 * 8, draws)
+        local without_top_k = sampler.new(m.vocab_size, { temperature = 0.8, top_p = 0.9, n_valid = n_valid })
+        assert.are.equal(0, without_top_k:top_needed())
+        local id, err = without_top_k:sample_top(ids, vals, k)
+        assert.is_nil(id)
+        assert.matches("GLM53_ERR_UNSUPPORTED: .*need the whole row", err)
+        local penalised = sampler.new(m.vocab_size, { temperature = 0.8, top_k = 5, repetition_penalty = 1.2 })
+        assert.are.equal(0, penalised:top_needed())
+        seq:free()
+        m:free()
+    end)
+end)
+
 describe("scripts/policies", function()
     it("typical keeps the candidates closest to the entropy until their mass reaches `mass`", function()
         local typical = dofile("scripts/policies/typical.lua")({ mass = 0.5 })

@@ -374,7 +374,7 @@ struct v6_ring {
                 const size_t col = (size_t)kg * GROUP + CH * q;
                 const bool real = kg < groups && t[r].row;
                 v6_cp_async16(&w[at(slot, u, r)], real ? (const void *)(t[r].row + col * (FP8 ? 1 : 2)) : any_global,
-                                    real ? 16 : 0);
+                              real ? 16 : 0);
                 if (FP8) {
                     if (t[r].scale_row && kg < groups)
                         v6_cp_async4(&scale[at(slot, u, r)], t[r].scale_row + (int64_t)kg * GROUP / t[r].block_cols);

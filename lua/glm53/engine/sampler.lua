@@ -186,6 +186,24 @@ function Sampler:sample(logits)
     return self._token[0]
 end
 
+-- How many of a row's best logits a draw needs instead of the whole row (top_k + 1; 1 when greedy), or 0 when
+-- the settings need the whole row (a logit bias, a penalty, sampling without a top_k below 64): for batches made
+-- with m:batch({ top_k = k, n_valid = the sampler's n_valid }), whose steps choose each row's best k logits on
+-- the device and bring only those to the host.
+function Sampler:top_needed() return C.glm53_sampler_top_needed(handle(self)) end
+
+-- The token sample(row) would draw, from the row's n best logits (int32_t* ids, float* logits, best first, the
+-- lower id on equal values: batch:top(i) gives them), n >= top_needed() > 0. nil, err when the settings need the
+-- whole row (top_needed() == 0) or the candidates are too few, unordered or outside n_valid.
+function Sampler:sample_top(ids, logits, n)
+    if type(ids) ~= "cdata" or type(logits) ~= "cdata" then
+        error("sampler:sample_top: expects int32_t* ids and float* logits", 2)
+    end
+    local ok, err = core.check(C.glm53_sampler_sample_top(handle(self), ids, logits, n, self._token))
+    if not ok then return nil, err end
+    return self._token[0]
+end
+
 -- The filtered distribution of a logits row into out (a float[vocab]; default: the sampler's own buffer).
 -- temperature, if given, replaces the sampler's for this call (same bias, penalties and filters): the
 -- temperature-1 confidence of a greedy draft, say.

@@ -260,6 +260,9 @@ glm53_status glm53_sampler_sample_residual(glm53_sampler *s, const float *p, con
 glm53_status glm53_sampler_candidates(glm53_sampler *s, const float *logits, int32_t max_n,
                                                 int32_t *ids, float *cand_logits, float *cand_probs,
                                                 int32_t *n_out);
+int32_t      glm53_sampler_top_needed(const glm53_sampler *s);
+glm53_status glm53_sampler_sample_top(glm53_sampler *s, const int32_t *ids, const float *logits,
+                                                int32_t n, int32_t *token);
 glm53_status glm53_sampler_uniform(glm53_sampler *s, double *out);
 typedef struct glm53_image_params {
     int32_t min_tokens;
