@@ -633,7 +633,8 @@ glm53_status glm53_sampler_candidates(glm53_sampler *s, const float *logits, int
     double total = 0.0;
     for (int32_t i = 0; i < n; i++) total += s->kept[i].w;
     for (int32_t i = 0; i < n; i++) {
-        ids[i] = s->kept[i].id;   /* the processed logit after the temperature (step 4), greedy: before */
+        ids[i] = s->kept[i].id;
+        /* the processed logit after the temperature (step 4); greedy stops before it */
         cand_logits[i] = greedy ? s->kept[i].x : (float)((double)s->kept[i].x / s->params.temperature);
         cand_probs[i] = (float)(s->kept[i].w / total);
     }

@@ -135,7 +135,7 @@ describe("sampler:sample_top on a model step's top-k outputs", function()
     local device = require("device")
     local model = require("glm53.engine.model")
 
-    it("draws the tokens sample() draws from the whole row, for every setting it serves, and refuses the rest", function()
+    it("draws sample()'s tokens from the row's best logits for every setting it serves, refuses the rest", function()
         local m = assert(model.load("tests/fixtures/tiny-mtp", device.load_opts()))
         local n_valid = m.vocab_size - 3
         local seq = assert(m:seq({ max_tokens = 16 }))
