@@ -134,6 +134,24 @@ describe("driver, prefill = 'rounds'", function()
         assert.are.same(spec_sync.generated, spec_rounds[2].generated)
     end)
 
+    it("sampled streams with a top_k below 64 draw from the step's top-k outputs what whole rows would give", function()
+        -- no logits row comes to the host in their decode rounds (Driver:_device_top): sample_top draws from the
+        -- row's top_k + 1 best logits the token sampler:sample draws from the whole row
+        local sampling = { temperature = 0.9, top_k = 12, top_p = 0.95, seed = 7 }
+        local d = assert(driver.new(m, { k = 0, max_seqs = 2, chunk = 64, prefill = "rounds" }))
+        local a = assert(d:add(prompts[2], { max_new = N_NEW, sampling = sampling }))
+        local b = assert(d:add(prompts[3], { max_new = N_NEW, sampling = { temperature = 0.6, top_k = 63, seed = 8 } }))
+        local device_rounds = 0
+        while not (a.done and b.done) do
+            assert(d:round())
+            if d.vb_top > 1 then device_rounds = device_rounds + 1 end
+        end
+        assert.is_true(device_rounds >= N_NEW - 1, "rounds without logits rows: " .. device_rounds)
+        assert.are.same(h.sampled(m, prompts[2], N_NEW, sampling), a.generated)
+        assert.are.same(h.sampled(m, prompts[3], N_NEW, { temperature = 0.6, top_k = 63, seed = 8 }), b.generated)
+        d:free()
+    end)
+
     it("a stream forked from a snapshot taken at a boundary continues like a fresh one", function()
         local d = assert(driver.new(m, { k = 2, max_seqs = 3, chunk = 8, prefill = "rounds" }))
         local system = make_prompt(768, 37, 5)

@@ -37,6 +37,26 @@ function M.greedy(m, prompt, n)
     return out
 end
 
+-- Plain sampled decoding from whole logits rows: one prefill, then per token sampler:sample of the row and a
+-- single-token step (sampling: glm53.engine.sampler options, seed included).
+function M.sampled(m, prompt, n, sampling)
+    local smp = require("glm53.engine.sampler").new(m.vocab_size, sampling)
+    local seq = assert(m:seq({ max_tokens = #prompt + n + 1 }))
+    local batch = m:batch({ rows = #prompt, seqs = 1 })
+    batch:add(seq, prompt)
+    assert(m:step(batch))
+    local out = {}
+    for i = 1, n do
+        out[i] = assert(smp:sample(batch:logits(0)))
+        assert(smp:accept(out[i]))
+        batch:clear()
+        batch:add(seq, { out[i] })
+        assert(m:step(batch))
+    end
+    seq:free()
+    return out
+end
+
 -- What research capture records for generated tokens, by an independent route: one prefill of prompt and
 -- output on a capturing sequence, read at the row that chose each token (the row of the token before it, #prompt
 -- - 2 + i for token i). Returns experts[i] (expert ids per MoE layer, layer order) and selection[i] (attended

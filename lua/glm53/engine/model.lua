@@ -194,7 +194,7 @@ function Model:batch(opts)
         want = ffi.new("uint8_t[?]", rows),
         logits_buf = opts.logits ~= false and ffi.new("float[?]", outputs * self.vocab_size) or nil,
         hidden_buf = opts.hidden and ffi.new("float[?]", outputs * self.hidden_size) or nil,
-        top_k = top_k, n_valid = opts.n_valid or 0,
+        top_k = top_k, top_k_now = top_k, n_valid = opts.n_valid or 0,
         top_ids_buf = top_k > 0 and ffi.new("int32_t[?]", outputs * top_k) or nil,
         top_logits_buf = top_k > 0 and ffi.new("float[?]", outputs * top_k) or nil,
         c = ffi.new("glm53_batch"),
@@ -301,9 +301,16 @@ function Batch:set_logits(on)
 end
 
 -- Turns the top-k outputs of the next steps off (false) or back on (true), for a batch made with top_k: a step
--- whose tokens come from its logits rows then does not select them.
-function Batch:set_top(on)
+-- whose tokens come from its logits rows then does not select them. k (optional, 1 .. the batch's top_k): how
+-- many candidates the next steps choose per row (the batch's top_k is their most), until set again.
+function Batch:set_top(on, k)
     if not self.top_ids_buf then error("batch:set_top: the batch was made without top_k", 2) end
+    if k ~= nil then
+        if type(k) ~= "number" or k % 1 ~= 0 or k < 1 or k > self.top_k then
+            error("batch:set_top: k must be a whole number in [1, " .. self.top_k .. "]", 2)
+        end
+        self.top_k_now = k
+    end
     self.top_off = not on
 end
 
@@ -316,15 +323,15 @@ end
 function Batch:top(i)
     if not self.top_ids_buf then error("batch:top: the batch was made without top_k", 2) end
     if self.top_off then error("batch:top: the batch's steps run without top-k outputs (batch:set_top)", 2) end
-    local at = output_row(self, i, "top") * self.top_k
-    return self.top_ids_buf + at, self.top_logits_buf + at, self.top_k
+    local at = output_row(self, i, "top") * self.top_k_now
+    return self.top_ids_buf + at, self.top_logits_buf + at, self.top_k_now
 end
 
 -- Output row i's greedy token (its top-1 id over the valid ids), a Lua number; needs top_k >= 1.
 function Batch:greedy(i)
     if not self.top_ids_buf then error("batch:greedy: the batch was made without top_k", 2) end
     if self.top_off then error("batch:greedy: the batch's steps run without top-k outputs (batch:set_top)", 2) end
-    return tonumber(self.top_ids_buf[output_row(self, i, "greedy") * self.top_k])
+    return tonumber(self.top_ids_buf[output_row(self, i, "greedy") * self.top_k_now])
 end
 
 -- Points the batch's C structs at its buffers, after checking it belongs to this model (`what` names the caller).
@@ -347,7 +354,7 @@ local function prepare(self, batch, what)
     c.want_output = batch.want
     out.logits = not batch.logits_off and batch.logits_buf or nil
     out.hidden = batch.hidden_buf
-    out.top_k, out.top_n_valid = not batch.top_off and batch.top_k or 0, batch.n_valid
+    out.top_k, out.top_n_valid = not batch.top_off and batch.top_k_now or 0, batch.n_valid
     out.top_ids, out.top_logits = batch.top_ids_buf, batch.top_logits_buf
     out.capacity = batch.cap_out
     return c, out

@@ -247,9 +247,11 @@ function M.new(m, opts)
         force_acceptance = force,
         streams = {},                 -- active streams, in add order
         stats = new_stats(k),
-        -- Target rows: logits, or (a round of plain greedy streams, Driver:_device_greedy) each row's greedy token
-        -- chosen on the device (top_k 1 over the ids the default sampling may produce).
-        vb = m:batch({ rows = vb_rows, seqs = max_seqs, outputs = vb_rows, hidden = k > 0, top_k = 1,
+        -- Target rows: logits, or (a round whose streams need no whole row, Driver:_device_top) each row's best
+        -- logits chosen on the device over the ids the default sampling may produce: the top-1 for greedy
+        -- streams, top_k + 1 for sampled ones (glm53.engine.sampler's sample_top).
+        vb = m:batch({ rows = vb_rows, seqs = max_seqs, outputs = vb_rows, hidden = k > 0,
+                       top_k = math.min(C.GLM53_MAX_TOP_K, valid_ids(sampling, V)),
                        n_valid = valid_ids(sampling, V) }),
         greedy_n_valid = valid_ids(sampling, V),
         -- Synchronous prefill only needs the hidden states that feed the MTP layers (no logits: the last prompt
@@ -791,18 +793,28 @@ function Driver:_plain_greedy(s)
     return s.mode == "greedy" and s.n_valid == self.greedy_n_valid and s.sampler:plain_greedy()
 end
 
--- Whether this round's target step can leave the logits rows on the device: every stream verified is greedy
--- with no bias, penalty or logprobs over the default valid ids (its token is then the step's top-1 output, the
--- same id its sampler would pick), and no prefill chunk wants prompt logprobs. Decode then copies 4 bytes a row
--- to the host instead of the vocabulary row (620 KB at GLM-5.3's vocabulary).
-function Driver:_device_greedy(list, chunks)
+-- How many of each row's best logits this round's target step must choose on the device so that it can leave the
+-- logits rows there, or 0 when some stream needs a whole row. A plain greedy stream needs the top-1 (the same id
+-- its sampler would pick); a sampled stream without drafts this round, over the default valid ids, needs its
+-- sampler's top_needed() (top_k + 1 when it has a top_k below 64 and no bias or penalty: sample_top then draws
+-- the token sample would draw from the row). Logprobs, drafts to verify (the speculative test reads the whole
+-- target distribution), policies, and prefill chunks that want prompt logprobs need the rows. Decode then copies
+-- k x 8 bytes a row to the host instead of the vocabulary row (620 KB at GLM-5.3's vocabulary).
+function Driver:_device_top(list, chunks)
+    local k = 1
     for _, s in ipairs(list) do
-        if not self:_plain_greedy(s) or s.logprobs then return false end
+        if s.logprobs then return 0 end
+        if not self:_plain_greedy(s) then
+            local need = s.mode == "sample" and s.n_drafts == 0 and s.n_valid == self.greedy_n_valid and
+                         s.sampler:top_needed() or 0
+            if need == 0 or need > self.vb.top_k then return 0 end
+            k = math.max(k, need)
+        end
     end
     for _, ch in ipairs(chunks) do
-        if ch.s.prompt_logprobs then return false end
+        if ch.s.prompt_logprobs then return 0 end
     end
-    return true
+    return k
 end
 
 -- A verified row's token from the step's greedy output. A sampler refuses NaN and +inf logits and a row with every
@@ -996,30 +1008,32 @@ function Driver:_accept(s, off)
     local vb, smp, k, V = self.vb, s.sampler, s.n_drafts, self.V
     local committed, accepted = 0, 0
     for i = 0, k do
-        local row = not self.vb_greedy and vb:logits(off + i) or nil
+        local row = self.vb_top == 0 and vb:logits(off + i) or nil
         local draft = i < k and s.drafts[i + 1] or nil
         local tok, err
         local stands = false
         if s.mode == "greedy" then
-            if self.vb_greedy then tok, err = device_greedy_token(vb, off + i)
+            if self.vb_top > 0 then tok, err = device_greedy_token(vb, off + i)
             else tok, err = smp:sample(row) end
             if not tok then return nil, err end
             stands = tok == draft
             if self.force_acceptance == "all" and draft then tok, stands = draft, true
             elseif self.force_acceptance == "none" then stands = false end
         elseif s.mode == "sample" then
-            local p
-            p, err = smp:probs(row, self.pbuf)
-            if not p then return nil, err end
             if draft then
+                local p
+                p, err = smp:probs(row, self.pbuf)
+                if not p then return nil, err end
                 local q = s.q + i * V
                 if smp:uniform() * q[draft] < p[draft] then
                     tok, stands = draft, true
                 else
                     tok, err = smp:sample_residual(p, q)
                 end
+            elseif self.vb_top > 0 then   -- the row's best logits: the token sample(row) would draw
+                tok, err = smp:sample_top(vb:top(off + i))
             else
-                tok, err = smp:sample_probs(p)
+                tok, err = smp:sample(row)
             end
             if not tok then return nil, err end
         else
@@ -1099,9 +1113,9 @@ function Driver:_round()
         out = out + self:_add_chunk(vb, s, c, base)
         base, budget = base + c, budget - c
     end
-    self.vb_greedy = self:_device_greedy(list, chunks)
-    vb:set_logits(not self.vb_greedy)   -- one or the other: the rows, or their top-1
-    vb:set_top(self.vb_greedy)
+    self.vb_top = self:_device_top(list, chunks)
+    vb:set_logits(self.vb_top == 0)   -- one or the other: the rows, or their best vb_top logits
+    vb:set_top(self.vb_top > 0, math.max(self.vb_top, 1))
     local ok, err = self:_step(vb)
     if not ok then return nil, err end
 
