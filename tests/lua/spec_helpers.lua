@@ -19,16 +19,16 @@ function M.make_prompts(vocab, lengths, seed)
     return prompts
 end
 
--- Plain greedy decoding, the reference speculative output must equal: one prefill of the whole prompt, then
--- one single-token step per token.
-function M.greedy(m, prompt, n)
+-- Plain decoding from whole logits rows: one prefill of the whole prompt, then one single-token step per token,
+-- pick(row) choosing each token.
+local function plain_decode(m, prompt, n, pick)
     local seq = assert(m:seq({ max_tokens = #prompt + n + 1 }))
     local batch = m:batch({ rows = #prompt, seqs = 1 })
     batch:add(seq, prompt)
     assert(m:step(batch))
     local out = {}
     for i = 1, n do
-        out[i] = m:argmax(batch:logits(0))
+        out[i] = pick(batch:logits(0))
         batch:clear()
         batch:add(seq, { out[i] })
         assert(m:step(batch))
@@ -37,24 +37,19 @@ function M.greedy(m, prompt, n)
     return out
 end
 
--- Plain sampled decoding from whole logits rows: one prefill, then per token sampler:sample of the row and a
--- single-token step (sampling: glm53.engine.sampler options, seed included).
+-- Plain greedy decoding, the reference speculative output must equal.
+function M.greedy(m, prompt, n)
+    return plain_decode(m, prompt, n, function(row) return m:argmax(row) end)
+end
+
+-- Plain sampled decoding: sampler:sample of each whole row (sampling: glm53.engine.sampler options, seed included).
 function M.sampled(m, prompt, n, sampling)
     local smp = require("glm53.engine.sampler").new(m.vocab_size, sampling)
-    local seq = assert(m:seq({ max_tokens = #prompt + n + 1 }))
-    local batch = m:batch({ rows = #prompt, seqs = 1 })
-    batch:add(seq, prompt)
-    assert(m:step(batch))
-    local out = {}
-    for i = 1, n do
-        out[i] = assert(smp:sample(batch:logits(0)))
-        assert(smp:accept(out[i]))
-        batch:clear()
-        batch:add(seq, { out[i] })
-        assert(m:step(batch))
-    end
-    seq:free()
-    return out
+    return plain_decode(m, prompt, n, function(row)
+        local id = assert(smp:sample(row))
+        assert(smp:accept(id))
+        return id
+    end)
 end
 
 -- What research capture records for generated tokens, by an independent route: one prefill of prompt and
