@@ -68,6 +68,20 @@ describe("API misuse", function()
             if j > 0 then assert.is_true(vals[j] <= vals[j - 1]) end
         end
         assert.has_error(function() b:greedy(1) end, "batch:greedy: output row 1 is outside [0, 1)")
+        -- fewer candidates for the next steps: the same best ones, k of them; more than the batch was made for raise
+        assert.has_error(function() b:set_top(true, 4) end, "batch:set_top: k must be a whole number in [1, 3]")
+        assert.has_error(function() b:set_top(true, 0) end, "batch:set_top: k must be a whole number in [1, 3]")
+        local first = { tonumber(ids[0]), tonumber(ids[1]) }
+        local s3 = assert(m:seq({ max_tokens = 8 }))
+        b:clear()
+        b:add(s3, { 1, 2 })
+        b:set_top(true, 2)
+        assert(m:step(b))
+        local ids2, _, k2 = b:top(0)
+        assert.are.equal(2, k2)
+        assert.are.same(first, { tonumber(ids2[0]), tonumber(ids2[1]) })
+        assert.are.equal(first[1], b:greedy(0))
+        s3:free()
         -- more candidates than valid ids: refused by the step, nothing changes
         local tight = m:batch({ rows = 4, seqs = 1, top_k = 3, n_valid = 2 })
         tight:add(s, { 3 })
