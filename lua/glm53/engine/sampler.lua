@@ -80,7 +80,6 @@ local function set_bias(self, bias, level)
     end
     local ok, err = core.check(C.glm53_sampler_set_logit_bias(self._h, ids, vals, n))
     if not ok then error("sampler: " .. err, level) end
-    self._biased = n > 0
 end
 
 -- A new sampler over vocab_size tokens. Bad options raise.
@@ -145,13 +144,10 @@ end
 
 function Sampler:greedy() return self._params.temperature < 1e-5 end   -- core/sampling.c: GREEDY_BELOW
 
--- Whether the sampler picks the plain argmax of the valid ids: greedy, no logit bias, no penalty. A step's greedy
--- output (top_k = 1 over the same n_valid, chosen on the device) is then the same token.
-function Sampler:plain_greedy()
-    local p = self._params
-    return p.temperature < 1e-5 and not self._biased and p.repetition_penalty == 1 and p.presence_penalty == 0 and
-           p.frequency_penalty == 0
-end
+-- Whether the sampler picks the plain argmax of the valid ids: greedy, no logit bias, no penalty (the C sampler's
+-- own test: its draw needs the row's best logit only). A step's greedy output (top_k = 1 over the same n_valid,
+-- chosen on the device) is then the same token.
+function Sampler:plain_greedy() return C.glm53_sampler_top_needed(handle(self)) == 1 end
 
 -- Forgets the history and restarts the RNG from the seed.
 function Sampler:reset() return core.check(C.glm53_sampler_reset(handle(self))) end

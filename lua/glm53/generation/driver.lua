@@ -803,13 +803,10 @@ end
 function Driver:_device_top(list, chunks)
     local k = 1
     for _, s in ipairs(list) do
-        if s.logprobs then return 0 end
-        if not self:_plain_greedy(s) then
-            local need = s.mode == "sample" and s.n_drafts == 0 and s.n_valid == self.greedy_n_valid and
-                         s.sampler:top_needed() or 0
-            if need == 0 or need > self.vb.top_k then return 0 end
-            k = math.max(k, need)
-        end
+        local need = not s.logprobs and s.n_valid == self.greedy_n_valid and
+                     (s.mode == "greedy" or (s.mode == "sample" and s.n_drafts == 0)) and s.sampler:top_needed() or 0
+        if need == 0 or need > self.vb.top_k then return 0 end
+        k = math.max(k, need)
     end
     for _, ch in ipairs(chunks) do
         if ch.s.prompt_logprobs then return 0 end
