@@ -94,6 +94,21 @@ typedef struct glm53_kda_seq {
     const glm53_tensor *slots;          /* [n_rows + 1] I32, as kda_recurrent's */
 } glm53_kda_seq;
 
+/* One hyper-connection site between two blocks of the layer stack (mhc_site): what forward_main does there with
+ * mhc_post, mhc_pre and rmsnorm. post and comb are in and out: on entry the previous site's (read when y is
+ * given), on return this site's. */
+typedef struct glm53_mhc_site {
+    glm53_tensor       *H_out;        /* [N,S,D] the streams after the previous block (written when y is given) */
+    glm53_tensor       *x, *xn;       /* [N,D] the collapsed block input and its rmsnorm */
+    glm53_tensor       *post, *comb;  /* [N,S], [N,S,S] F32, in and out */
+    const glm53_tensor *y;            /* [N,D] the previous block's output, or NULL: no post step (H_in is used) */
+    const glm53_tensor *H_in;         /* [N,S,D] the streams before the previous block's post step */
+    const glm53_tensor *fn, *base, *scale;   /* this site's mhc_pre weights */
+    const glm53_tensor *norm;         /* [D] the block's input norm weight */
+    float               rms_eps, hc_eps, norm_eps;
+    int32_t             sinkhorn_iters;
+} glm53_mhc_site;
+
 /* What a backend instance has done since it was made (OPTIONAL counters entry): the test hook that shows a
  * steady-state step allocates nothing and never waits. */
 typedef struct glm53_backend_counters {
@@ -226,6 +241,12 @@ struct glm53_backend_ops {
      * transposed). H_out must not alias H_in. */
     glm53_status (*mhc_post)(glm53_backend *be, glm53_tensor *H_out, const glm53_tensor *y,
                              const glm53_tensor *H_in, const glm53_tensor *post, const glm53_tensor *comb);
+    /* OPTIONAL (fused). One site between two blocks (glm53_mhc_site): when y is given,
+     * H_out = mhc_post(y, H_in, post, comb) and the pre step reads H_out, else it reads H_in; then
+     * x, post, comb = mhc_pre(..., fn, base, scale, rms_eps, hc_eps, sinkhorn_iters) and xn = rmsnorm(x, norm,
+     * norm_eps). Every element gets the operations of the chain it replaces, in its order: the same results.
+     * GLM53_ERR_UNSUPPORTED, before doing anything, for shapes or dtypes it does not take (the chain runs). */
+    glm53_status (*mhc_site)(glm53_backend *be, const glm53_mhc_site *site);
     /* y[N,D] = mean over the S streams of H[N,S,D] (the final collapse). */
     glm53_status (*mhc_mean)(glm53_backend *be, glm53_tensor *y, const glm53_tensor *H);
 

@@ -5,6 +5,8 @@
  *   H[N,S,D] = E copied into S streams
  *   per layer:  x,post,comb = mhc_pre(H, attn site);  y = KDA or sparse MLA(rmsnorm(x));  H = mhc_post(y, H, ...)
  *               x,post,comb = mhc_pre(H, ffn site);   y = MLP or MoE(rmsnorm(x));          H = mhc_post(y, H, ...)
+ *   (each mhc_post, the mhc_pre after it and that rmsnorm are one site: mhc_site, one op where the backend fuses
+ *   them)
  *   for the rows asked for: h = rmsnorm(mean_s H);  logits = h * lm_head^T
  *
  * Each block's graph is its own file (kda.c, sparse_mla.c, kpool_indexer.c, moe.c, mhc.c); this is the layer
@@ -80,11 +82,10 @@ void forward_main(step_ctx *sc) {
     for (int l = 0; l < c->num_hidden_layers && sc->st == GLM53_OK; l++) {
         const layer_weights *L = &sc->rank->layers[l];
         glm53_plan_mark mark = glm53_plan_mark_get(sc->plan);
-        glm53_tensor *tmp;
         sc->layer = l;
 
-        mhc_pre_site(sc, &L->mhc_attn, H, x, post, comb);
-        OP(be->ops->rmsnorm(be, xn, x, &L->input_norm, eps));
+        /* the site before the mixer: the previous layer's feed-forward output goes into the streams first */
+        mhc_site(sc, &L->mhc_attn, &L->input_norm, l > 0 ? y : NULL, &H, &H2, l - 1, "ffn_H", x, xn, post, comb);
         trace(sc, l, "attn_x", x);
         trace(sc, l, "attn_post", post);
         trace(sc, l, "attn_comb", comb);
@@ -93,13 +94,9 @@ void forward_main(step_ctx *sc) {
         else sparse_mla_forward(sc, L, l, xn, y);
         all_reduce(sc, y, GLM53_COMM_TP);
         trace(sc, l, "attn_y", y);
-        OP(be->ops->mhc_post(be, H2, y, H, post, comb));
-        tmp = H; H = H2; H2 = tmp;
-        trace(sc, l, "attn_H", H);
         glm53_plan_reset(sc->plan, mark);
 
-        mhc_pre_site(sc, &L->mhc_ffn, H, x, post, comb);
-        OP(be->ops->rmsnorm(be, xn, x, &L->post_attn_norm, eps));
+        mhc_site(sc, &L->mhc_ffn, &L->post_attn_norm, y, &H, &H2, l, "attn_H", x, xn, post, comb);
         trace(sc, l, "ffn_xn", xn);
         if (L->mlp_type == GLM53_MLP_DENSE) {
             mlp_forward(sc, &L->mlp, xn, y);
@@ -109,10 +106,15 @@ void forward_main(step_ctx *sc) {
             all_reduce(sc, y, GLM53_COMM_WORLD);
         }
         trace(sc, l, "ffn_y", y);
-        OP(be->ops->mhc_post(be, H2, y, H, post, comb));
-        tmp = H; H = H2; H2 = tmp;
-        trace(sc, l, "ffn_H", H);
         glm53_plan_reset(sc->plan, mark);
+    }
+    /* the last feed-forward output into the streams */
+    if (c->num_hidden_layers > 0) {
+        OP(be->ops->mhc_post(be, H2, y, H, post, comb));
+        glm53_tensor *tmp = H;
+        H = H2;
+        H2 = tmp;
+        trace(sc, c->num_hidden_layers - 1, "ffn_H", H);
     }
     if (sc->st != GLM53_OK || !wants_outputs(sc)) return;
 

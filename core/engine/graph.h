@@ -92,8 +92,9 @@ void         moe_free(glm53_rank *rk, moe_weights *w);
 glm53_status mtp_load(glm53_rank *rk, const char *prefix, mtp_weights *w, int layer);
 
 /* mhc.c */
-void mhc_pre_site(step_ctx *sc, const mhc_weights *w, const glm53_tensor *H, glm53_tensor *x, glm53_tensor *post,
-                  glm53_tensor *comb);
+void mhc_site(step_ctx *sc, const mhc_weights *w, const glm53_tensor *norm, const glm53_tensor *y, glm53_tensor **H,
+              glm53_tensor **H2, int H_layer, const char *H_label, glm53_tensor *x, glm53_tensor *xn,
+              glm53_tensor *post, glm53_tensor *comb);
 
 /* kda.c: y[N,D] = KDA(xn[N,D]) of `layer`, updating each sequence's conv and state rings. */
 void kda_forward(step_ctx *sc, const layer_weights *L, int layer, const glm53_tensor *xn, glm53_tensor *y);

@@ -79,11 +79,11 @@ glm53_status cuda_smem_optin(cuda_backend *cb, const void *kernel, size_t bytes,
     return GLM53_OK;
 }
 
-/* The performance switches' defaults: on since the H100 run of 2026-12-07 checked and timed them
- * (tests/cuda/h200/decode_ab.sh; docs/performance.md). GLM53_CUDA_<NAME>=0 turns one off, for an A/B or a
- * suspected kernel. */
+/* The performance switches' defaults: the first four on since the H100 run of 2026-12-07 checked and timed them
+ * (tests/cuda/h200/decode_ab.sh; docs/performance.md); a new one is off until its first GPU run has. "0" / "1"
+ * in GLM53_CUDA_<NAME> overrides a default, for an A/B or a suspected kernel. */
 static const bool CUDA_DEFAULT_GEMV_STREAM = true, CUDA_DEFAULT_PDL = true, CUDA_DEFAULT_KDA_SEQUENCES = true,
-                  CUDA_DEFAULT_GROUPED_EXPERTS = true;
+                  CUDA_DEFAULT_GROUPED_EXPERTS = true, CUDA_DEFAULT_MHC_SITE = false;
 
 glm53_status cuda_blocks_per_sm(cuda_backend *cb, const void *kernel, int threads, size_t smem, int *blocks) {
     for (int32_t i = 0; i < cb->n_occupancy; i++)
@@ -638,6 +638,7 @@ static void cuda_destroy(glm53_backend *be) {
         if (cb->cublas) cublasDestroy(cb->cublas);
         if (cb->cublas_workspace) cudaFree(cb->cublas_workspace);
         if (cb->fault) cudaFree(cb->fault);
+        if (cb->mhc_tickets) cudaFree(cb->mhc_tickets);
         if (cb->fault_host) cudaFreeHost(cb->fault_host);
         if (cb->stream) cudaStreamDestroy(cb->stream);
         (void)cudaGetLastError();
@@ -687,12 +688,15 @@ static glm53_status cuda_backend_init(cuda_backend *cb, int32_t ordinal) {
     cb->pdl = switched_on("GLM53_CUDA_PDL", CUDA_DEFAULT_PDL);
     cb->kda_sequences = switched_on("GLM53_CUDA_KDA_SEQUENCES", CUDA_DEFAULT_KDA_SEQUENCES);
     cb->grouped_experts = switched_on("GLM53_CUDA_GROUPED_EXPERTS", CUDA_DEFAULT_GROUPED_EXPERTS);
+    cb->mhc_site = switched_on("GLM53_CUDA_MHC_SITE", CUDA_DEFAULT_MHC_SITE);
 
     cb->allocator = new (std::nothrow) cuda_allocator();
     if (!cb->allocator) return GLM53_FAIL(GLM53_ERR_OUT_OF_MEMORY, "cuda: no host memory for the allocator");
     CUDA_TRY(cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking));
     CUDA_TRY(cudaMalloc(&cb->fault, sizeof(cuda_fault)));
     CUDA_TRY(cudaMemset(cb->fault, 0, sizeof(cuda_fault)));
+    CUDA_TRY(cudaMalloc(&cb->mhc_tickets, CUDA_MHC_TICKET_ROWS * sizeof(unsigned)));
+    CUDA_TRY(cudaMemset(cb->mhc_tickets, 0, CUDA_MHC_TICKET_ROWS * sizeof(unsigned)));
     CUDA_TRY(cudaMallocHost(&cb->fault_host, sizeof(cuda_fault)));
     CUDA_TRY(cudaMalloc(&cb->cublas_workspace, CUBLAS_WORKSPACE_BYTES));
 
@@ -746,6 +750,7 @@ static const glm53_backend_ops cuda_ops = {
     .mhc_expand = cuda_mhc_expand,
     .mhc_pre = cuda_mhc_pre,
     .mhc_post = cuda_mhc_post,
+    .mhc_site = cuda_mhc_site,
     .mhc_mean = cuda_mhc_mean,
     .conv1d_causal = cuda_conv1d_causal,
     .kda_gate = cuda_kda_gate,
@@ -780,13 +785,11 @@ extern "C" glm53_status glm53_backend_cuda_create(int32_t ordinal, glm53_backend
         cuda_destroy(be);
         return st;
     }
-    /* The fused KDA op switched off: the table without it, so kda_forward runs the op chain without asking. */
-    static const glm53_backend_ops cuda_ops_without_kda_sequences = [] {
-        glm53_backend_ops ops = cuda_ops;
-        ops.kda_sequences = nullptr;
-        return ops;
-    }();
-    if (!cb->kda_sequences) be->ops = &cuda_ops_without_kda_sequences;
+    /* A fused op switched off: this instance's table without it, so the engine runs the op chain without asking. */
+    cb->ops = cuda_ops;
+    if (!cb->kda_sequences) cb->ops.kda_sequences = nullptr;
+    if (!cb->mhc_site) cb->ops.mhc_site = nullptr;
+    be->ops = &cb->ops;
     be->device = GLM53_DEVICE_CUDA;
     be->ordinal = ordinal;
     be->stream = (void *)cb->stream;

@@ -77,7 +77,11 @@ struct cuda_backend {
     bool            pdl;                /* programmatic dependent launch where a kernel supports it, GLM53_CUDA_PDL */
     bool            kda_sequences;      /* the fused KDA op, GLM53_CUDA_KDA_SEQUENCES (off: the op-by-op chain) */
     bool            grouped_experts;    /* prefill experts grouped on the device, GLM53_CUDA_GROUPED_EXPERTS */
+    bool            mhc_site;           /* the fused mHC site op, GLM53_CUDA_MHC_SITE (off: the op chain) */
+    unsigned       *mhc_tickets;        /* device [CUDA_MHC_TICKET_ROWS], zero between mhc_site launches */
+    glm53_backend_ops ops;              /* this instance's op table: cuda_ops less the fused ops switched off */
 };
+enum { CUDA_MHC_TICKET_ROWS = 65536 };   /* rows one mhc_site launch takes (mhc.cu) */
 
 static inline cuda_backend *cuda_impl(glm53_backend *be) { return (cuda_backend *)be->impl; }
 
@@ -227,6 +231,16 @@ __device__ inline void cuda_bf16x8_to_float(uint4 u, float (&v)[8]) {
         v[2 * i] = __uint_as_float(w[i] << 16);
         v[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
     }
+}
+
+/* 8 floats rounded to BF16 (round to nearest even, as act_out::store) and packed in 16 bytes, element 0 lowest. */
+__device__ inline uint4 cuda_float8_to_bf16x8(const float (&v)[8]) {
+    uint32_t w[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        w[i] = (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(v[2 * i])) |
+               (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(v[2 * i + 1])) << 16;
+    return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
 /* v = a[i .. i+8) as floats: 16-byte loads when `aligned` (the caller knows the address is 16-byte aligned),
@@ -412,6 +426,7 @@ glm53_status cuda_mhc_pre(glm53_backend *be, glm53_tensor *x, glm53_tensor *post
 glm53_status cuda_mhc_post(glm53_backend *be, glm53_tensor *H_out, const glm53_tensor *y,
                            const glm53_tensor *H_in, const glm53_tensor *post, const glm53_tensor *comb);
 glm53_status cuda_mhc_mean(glm53_backend *be, glm53_tensor *y, const glm53_tensor *H);
+glm53_status cuda_mhc_site(glm53_backend *be, const glm53_mhc_site *site);
 
 glm53_status cuda_kda_gate(glm53_backend *be, glm53_tensor *g, const glm53_tensor *f, const glm53_tensor *A_log,
                            const glm53_tensor *dt_bias, int32_t has_lower_bound, float lower_bound);

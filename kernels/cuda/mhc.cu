@@ -27,6 +27,7 @@ enum {
     MHC_PROJECT_THREADS = 64,
     MHC_CHUNK = 512,             /* flattened-stream elements per stage-1 block: 8 per thread, 32 blocks a row */
     MHC_COLS = 512,              /* columns of x per stage-2 collapse block: 8 blocks a row at D = 4096 */
+    MHC_SITE_THREADS = 96,       /* mhc_site_kernel: stage 1's 64, and a warp for the Sinkhorn of the last block */
 };
 
 /* ------------------------------------------------------------------------------------------------------------
@@ -50,15 +51,60 @@ __global__ void mhc_expand_kernel(act_out H, act_in x, int64_t N, int64_t S, int
  * reads row n_mix - 1 and is dropped), because a load under a run-time condition waits for the previous one:
  * 24 round trips to memory in a row took 15 us per call. Otherwise one element at a time through act_in /
  * weight_ref. part[N, n_chunks, n_mix + 1] F32 scratch; stage 2 adds the chunks in order, so the result is fixed. */
+/* The MHC_GROUP fn rows v0 .. v0 + MHC_GROUP at elements [i, i + 8) of the flattened streams, 16 bytes each, all
+ * issued before any is used (a row past n_mix reads row n_mix - 1; its products are dropped). fn BF16 [n_mix, SD]. */
+__device__ inline void mhc_fn_load8(uint4 (&raw)[MHC_GROUP], const __nv_bfloat16 *fn, int v0, int n_mix, int64_t SD,
+                                    int64_t i) {
+#pragma unroll
+    for (int g = 0; g < MHC_GROUP; g++)
+        raw[g] = *reinterpret_cast<const uint4 *>(fn + (int64_t)min(v0 + g, n_mix - 1) * SD + i);
+}
+
+/* One thread's 8 elements of a chunk: acc[g] += hv . fn row (v0 + g) (raw, as mhc_fn_load8 loaded it),
+ * acc[MHC_GROUP] += hv . hv. mhc_project_kernel and mhc_site_kernel both sum here: the same bits. */
+__device__ inline void mhc_project8(float (&acc)[MHC_GROUP + 1], const float (&hv)[8], const uint4 (&raw)[MHC_GROUP]) {
+#pragma unroll
+    for (int g = 0; g < MHC_GROUP; g++) {
+        float wv[8], a = 0.0f;
+        cuda_bf16x8_to_float(raw[g], wv);
+#pragma unroll
+        for (int e = 0; e < 4; e++) a += hv[2 * e] * wv[2 * e] + hv[2 * e + 1] * wv[2 * e + 1];
+        acc[g] += a;
+    }
+    float sq = 0.0f;
+#pragma unroll
+    for (int e = 0; e < 8; e++) sq += hv[e] * hv[e];
+    acc[MHC_GROUP] += sq;
+}
+
+/* The chunk's sums of the threads' acc over the first MHC_PROJECT_THREADS threads of the block (warp sums, then
+ * the warps added in order) into out[v0 ..] (and out[n_mix], the squares, when v0 == 0). Every thread of the block
+ * calls it (barriers inside); threads past the first MHC_PROJECT_THREADS contribute nothing. */
+__device__ inline void mhc_chunk_partials(float *out, const float (&acc)[MHC_GROUP + 1], int v0, int n_mix) {
+    __shared__ float warp_part[MHC_PROJECT_THREADS / 32][MHC_GROUP + 1];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+    for (int g = 0; g <= MHC_GROUP; g++) {
+        float v = cuda_warp_sum(acc[g]);
+        if (lane == 0 && warp < MHC_PROJECT_THREADS / 32) warp_part[warp][g] = v;
+    }
+    __syncthreads();
+    const int g = threadIdx.x, v = g < MHC_GROUP ? v0 + g : n_mix;
+    if (g <= MHC_GROUP && (g < MHC_GROUP ? v < n_mix : v0 == 0)) {
+        float s = 0.0f;
+        for (int w = 0; w < MHC_PROJECT_THREADS / 32; w++) s += warp_part[w][g];
+        out[v] = s;
+    }
+    __syncthreads();   /* warp_part is written again by the next group */
+}
+
 template <bool VEC>
 __global__ void __launch_bounds__(MHC_PROJECT_THREADS)
 mhc_project_kernel(float *part, act_in H, weight_ref fn, int64_t S, int64_t D) {
     cuda_pdl_begin();
-    __shared__ float warp_part[MHC_PROJECT_THREADS / 32][MHC_GROUP + 1];
     const int64_t n = blockIdx.x, SD = S * D;
     const int n_mix = (int)((2 + S) * S), n_chunks = (int)gridDim.y;
     const int64_t i0 = (int64_t)blockIdx.y * MHC_CHUNK, i1 = i0 + MHC_CHUNK < SD ? i0 + MHC_CHUNK : SD;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     float *out = part + ((int64_t)n * n_chunks + blockIdx.y) * (n_mix + 1);
 
     for (int v0 = 0; v0 < n_mix; v0 += MHC_GROUP) {   /* projections v0 .. v0 + MHC_GROUP; slot MHC_GROUP: squares */
@@ -69,23 +115,10 @@ mhc_project_kernel(float *part, act_in H, weight_ref fn, int64_t S, int64_t D) {
             const __nv_bfloat16 *h = (const __nv_bfloat16 *)H.data + n * SD, *w = (const __nv_bfloat16 *)fn.data;
             for (int64_t i = i0 + (int64_t)threadIdx.x * 8; i < i1; i += (int64_t)MHC_PROJECT_THREADS * 8) {
                 uint4 raw[MHC_GROUP];
-#pragma unroll
-                for (int g = 0; g < MHC_GROUP; g++)
-                    raw[g] = *reinterpret_cast<const uint4 *>(w + (int64_t)min(v0 + g, n_mix - 1) * SD + i);
+                mhc_fn_load8(raw, w, v0, n_mix, SD, i);
                 float hv[8];
                 cuda_bf16x8_to_float(*reinterpret_cast<const uint4 *>(h + i), hv);
-#pragma unroll
-                for (int g = 0; g < MHC_GROUP; g++) {
-                    float wv[8], a = 0.0f;
-                    cuda_bf16x8_to_float(raw[g], wv);
-#pragma unroll
-                    for (int e = 0; e < 4; e++) a += hv[2 * e] * wv[2 * e] + hv[2 * e + 1] * wv[2 * e + 1];
-                    acc[g] += a;
-                }
-                float sq = 0.0f;
-#pragma unroll
-                for (int e = 0; e < 8; e++) sq += hv[e] * hv[e];
-                acc[MHC_GROUP] += sq;
+                mhc_project8(acc, hv, raw);
             }
         } else {
             for (int64_t i = i0 + threadIdx.x; i < i1; i += MHC_PROJECT_THREADS) {
@@ -96,20 +129,7 @@ mhc_project_kernel(float *part, act_in H, weight_ref fn, int64_t S, int64_t D) {
                 acc[MHC_GROUP] += x * x;
             }
         }
-        /* Block sums: warp reductions, then the warps added in order. */
-#pragma unroll
-        for (int g = 0; g <= MHC_GROUP; g++) {
-            float v = cuda_warp_sum(acc[g]);
-            if (lane == 0) warp_part[warp][g] = v;
-        }
-        __syncthreads();
-        const int g = threadIdx.x, v = g < MHC_GROUP ? v0 + g : n_mix;
-        if (g <= MHC_GROUP && (g < MHC_GROUP ? v < n_mix : v0 == 0)) {
-            float s = 0.0f;
-            for (int w = 0; w < MHC_PROJECT_THREADS / 32; w++) s += warp_part[w][g];
-            out[v] = s;
-        }
-        __syncthreads();   /* warp_part is written again by the next group */
+        mhc_chunk_partials(out, acc, v0, n_mix);
     }
 }
 
@@ -238,6 +258,160 @@ mhc_mix_kernel(act_out x, float *post, float *comb, act_in H, const float *part,
     }
 }
 
+/* mhc_site in one kernel, S = 4, BF16 activations and fn (cuda_mhc_site checks), grid (rows, n_chunks),
+ * MHC_SITE_THREADS threads. Block (n, c) owns chunk c of row n's flattened streams (as stage 1 of mhc_pre):
+ *   1. (POST) its 512 elements of the new streams, H_out[n][k][d] = post[k] y[d] + sum_j comb[j][k] H_in[j][d]
+ *      in mhc_post_kernel's order, rounded to BF16 and stored; (!POST) its 512 elements of H_in;
+ *   2. the chunk's partial projections of those BF16 values (mhc_project8 / mhc_chunk_partials: stage 1's bits),
+ *      the fn rows loaded before the wait on the previous kernel (weights only);
+ *   3. a ticket: the block that finishes the row's last chunk (tickets[n] counts them, and that block sets it
+ *      back to 0 for the next call) adds the chunks' partials in order, then warp 2 makes post and comb
+ *      (mhc_mix_kernel's Sinkhorn) while warps 0-1 make x (the collapse) and xn (rmsnorm_rows_kernel's sums: the
+ *      64 threads play its 256, thread u for threads u, u + 64, u + 128, u + 192, so warp r's v-th warp sum is
+ *      that kernel's warp 2v + r, and the 8 are added in its order).
+ * So x, xn, post, comb and H_out are the op chain's bits (test_cuda_ops checks them equal), with one launch for
+ * the chain's four (mhc_post, the two of mhc_pre, rmsnorm) and no pass over H_out but the one that writes it.
+ * In place: post and comb are read in step 1 by every block of the row before its ticket, written in step 3
+ * after the last ticket. */
+template <bool POST>
+__global__ void __launch_bounds__(MHC_SITE_THREADS)
+mhc_site_kernel(act_out H_out, act_out x, act_out xn, float *post, float *comb, act_in y, act_in H_in, float *part,
+                unsigned *tickets, weight_ref fn, weight_ref base, weight_ref scale, weight_ref norm, int64_t D,
+                float rms_eps, float hc_eps, float norm_eps, int32_t iters) {
+    constexpr int S = 4, n_mix = (2 + S) * S;
+    __shared__ float m[n_mix + 1];
+    __shared__ float pre[S];
+    __shared__ float red[CUDA_NORM_THREADS / 32];
+    __shared__ bool last;
+    const int64_t n = blockIdx.x, SD = S * D;
+    const int n_chunks = (int)gridDim.y, u = threadIdx.x;
+    const int64_t i = (int64_t)blockIdx.y * MHC_CHUNK + (int64_t)u * 8;   /* this thread's 8 elements */
+    const bool mine = u < MHC_PROJECT_THREADS && i < SD;
+    const __nv_bfloat16 *Hs = (const __nv_bfloat16 *)(POST ? H_out.data : H_in.data) + n * SD;   /* the pre's input */
+
+    cuda_pdl_launch_dependents();
+    uint4 raw[MHC_GROUP];
+    if (mine) mhc_fn_load8(raw, (const __nv_bfloat16 *)fn.data, 0, n_mix, SD, i);
+    cuda_pdl_wait();
+
+    float acc[MHC_GROUP + 1];
+#pragma unroll
+    for (int g = 0; g <= MHC_GROUP; g++) acc[g] = 0.0f;
+    if (mine) {
+        float hv[8];
+        if (POST) {
+            const int64_t k = i / D, d = i % D;
+            float yv[8], hj[S][8];
+            cuda_act_load8(y, n * D + d, true, yv);
+#pragma unroll
+            for (int j = 0; j < S; j++) cuda_act_load8(H_in, (n * S + j) * D + d, true, hj[j]);
+            const float pk = post[n * S + k];
+            float cjk[S];
+#pragma unroll
+            for (int j = 0; j < S; j++) cjk[j] = comb[(n * S + j) * S + k];
+            float a[8];
+#pragma unroll
+            for (int e = 0; e < 8; e++) {
+                a[e] = pk * yv[e];
+#pragma unroll
+                for (int j = 0; j < S; j++) a[e] += cjk[j] * hj[j][e];
+            }
+            const uint4 hb = cuda_float8_to_bf16x8(a);
+            *reinterpret_cast<uint4 *>((__nv_bfloat16 *)H_out.data + n * SD + i) = hb;
+            cuda_bf16x8_to_float(hb, hv);
+        } else {
+            cuda_bf16x8_to_float(*reinterpret_cast<const uint4 *>(Hs + i), hv);
+        }
+        mhc_project8(acc, hv, raw);
+    }
+    mhc_chunk_partials(part + ((int64_t)n * n_chunks + blockIdx.y) * (n_mix + 1), acc, 0, n_mix);
+
+    /* the ticket: every block's partials (and H_out chunk) are visible before its ticket is counted */
+    if (u == 0) {
+        __threadfence();
+        last = atomicAdd(&tickets[n], 1u) == (unsigned)n_chunks - 1;
+        if (last) tickets[n] = 0;
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+
+    if (u <= n_mix) {   /* the row's sums, chunks in order (L2 loads: other blocks wrote them) */
+        const float *p = part + (int64_t)n * n_chunks * (n_mix + 1) + u;
+        float v = 0.0f;
+#pragma unroll 8
+        for (int c = 0; c < n_chunks; c++) v += __ldcg(p + (int64_t)c * (n_mix + 1));
+        m[u] = v;
+    }
+    __syncthreads();
+    const float r = 1.0f / sqrtf(m[n_mix] / (float)SD + rms_eps);
+    if (u >= 64) {   /* warp 2: post and the Sinkhorn */
+        const int lane = u & 31;
+        if (lane < S) post[n * S + lane] = 2.0f * cuda_sigmoid(m[S + lane] * r * scale.at(0, 1) + base.at(0, S + lane));
+        mhc_sinkhorn_lanes<4>(comb + n * S * S, m, r, scale.at(0, 2), base, 4, hc_eps, iters);
+        return;
+    }
+    /* warps 0-1: x = sum_k pre[k] H[k], then xn = rmsnorm(x) */
+    if (u < S) pre[u] = cuda_sigmoid(m[u] * r * scale.at(0, 0) + base.at(0, u)) + hc_eps;
+    asm volatile("bar.sync 1, 64;" ::: "memory");
+    constexpr int V = CUDA_NORM_THREADS / MHC_PROJECT_THREADS;   /* rmsnorm threads per thread here: 4 */
+    constexpr int CH = 2;   /* 8-column chunks per rmsnorm thread: D <= 8 * 256 * CH (cuda_mhc_site checks) */
+    auto column = [&](int v, int c) { return ((int64_t)c * CUDA_NORM_THREADS + u + v * MHC_PROJECT_THREADS) * 8; };
+    uint4 hk[V][CH][S];   /* every load in flight before any is used */
+#pragma unroll
+    for (int v = 0; v < V; v++)
+#pragma unroll
+        for (int c = 0; c < CH; c++)
+#pragma unroll
+            for (int k = 0; k < S; k++)
+                hk[v][c][k] = column(v, c) < D ? __ldcg(reinterpret_cast<const uint4 *>(Hs + k * D + column(v, c)))
+                                               : make_uint4(0, 0, 0, 0);
+    uint4 xb[V][CH];   /* x as BF16, what the rmsnorm kernel would read back */
+    float ss[V];
+#pragma unroll
+    for (int v = 0; v < V; v++) {
+        ss[v] = 0.0f;
+#pragma unroll
+        for (int c = 0; c < CH; c++) {
+            float a[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f}, xr[8];
+#pragma unroll
+            for (int k = 0; k < S; k++) {
+                float hf[8];
+                cuda_bf16x8_to_float(hk[v][c][k], hf);
+#pragma unroll
+                for (int e = 0; e < 8; e++) a[e] += pre[k] * hf[e];
+            }
+            xb[v][c] = cuda_float8_to_bf16x8(a);
+            if (column(v, c) >= D) continue;
+            *reinterpret_cast<uint4 *>((__nv_bfloat16 *)x.data + n * D + column(v, c)) = xb[v][c];
+            cuda_bf16x8_to_float(xb[v][c], xr);
+#pragma unroll
+            for (int e = 0; e < 8; e++) ss[v] += xr[e] * xr[e];
+        }
+    }
+#pragma unroll
+    for (int v = 0; v < V; v++) {
+        const float w = cuda_warp_sum(ss[v]);
+        if ((u & 31) == 0) red[2 * v + (u >> 5)] = w;
+    }
+    asm volatile("bar.sync 1, 64;" ::: "memory");
+    float total = 0.0f;
+    for (int w = 0; w < CUDA_NORM_THREADS / 32; w++) total += red[w];
+    const float inv_rms = 1.0f / sqrtf(total / (float)D + norm_eps);
+#pragma unroll
+    for (int v = 0; v < V; v++)
+#pragma unroll
+        for (int c = 0; c < CH; c++) {
+            const int64_t col = column(v, c);
+            if (col >= D) continue;
+            float xr[8], o[8];
+            cuda_bf16x8_to_float(xb[v][c], xr);
+#pragma unroll
+            for (int e = 0; e < 8; e++) o[e] = xr[e] * inv_rms * norm.at(0, col + e);
+            *reinterpret_cast<uint4 *>((__nv_bfloat16 *)xn.data + n * D + col) = cuda_float8_to_bf16x8(o);
+        }
+}
+
 /* H_out[n][k][d] = post[n][k] y[n][d] + sum_j comb[n][j][k] H_in[n][j][d]  (comb applied transposed). */
 __global__ void mhc_post_kernel(act_out H_out, act_in y, act_in H_in, const float *post, const float *comb,
                                 int64_t N, int64_t S, int64_t D) {
@@ -315,6 +489,56 @@ glm53_status cuda_mhc_pre(glm53_backend *be, glm53_tensor *x, glm53_tensor *post
                          (float *)comb->data, cuda_act_in(H), (const float *)part.ptr, n_chunks, br, sr, S, D, rms_eps,
                          hc_eps, sinkhorn_iters));
     CUDA_LAUNCHED("mhc_pre (sinkhorn, collapse)");
+    return GLM53_OK;
+}
+
+/* mhc_site (backend.h) in one launch where it fits (S = 4, BF16 activations and fn, D % 8 == 0 and D <= 4096,
+ * 16-byte aligned rows), else GLM53_ERR_UNSUPPORTED before anything runs. Rows go in pieces of at most
+ * CUDA_MHC_TICKET_ROWS (the tickets the kernel counts chunks with, cb->mhc_tickets). */
+glm53_status cuda_mhc_site(glm53_backend *be, const glm53_mhc_site *site) {
+    cuda_backend *cb = cuda_impl(be);
+    const glm53_tensor *H_in = site->H_in, *y = site->y, *fn = site->fn;
+    assert(cuda_is_act(H_in) && H_in->ndim == 3 && cuda_is_act(site->x) && cuda_is_act(site->xn));
+    const int64_t N = H_in->shape[0], S = H_in->shape[1], D = H_in->shape[2], SD = S * D;
+    assert(glm53_tensor_numel(site->post) == N * S && glm53_tensor_numel(site->comb) == N * S * S);
+    assert(fn->ndim == 2 && fn->shape[0] == (2 + S) * S && fn->shape[1] == SD);
+    assert(glm53_tensor_numel(site->norm) == D && site->sinkhorn_iters >= 1);
+    const glm53_tensor *aligned[] = {H_in, site->x, site->xn, fn, y ? y : H_in, y ? site->H_out : H_in};
+    bool fits = S == 4 && D % 8 == 0 && D <= 8 * CUDA_NORM_THREADS * 2 && fn->dtype == GLM53_BF16 &&
+                H_in->dtype == GLM53_BF16 && site->x->dtype == GLM53_BF16 && site->xn->dtype == GLM53_BF16 &&
+                (!y || (y->dtype == GLM53_BF16 && site->H_out->dtype == GLM53_BF16)) &&
+                !(site->norm->dtype == GLM53_F8_E4M3 && site->norm->scale);
+    for (const glm53_tensor *t : aligned) fits = fits && (uintptr_t)t->data % 16 == 0;
+    if (!fits) return GLM53_FAIL(GLM53_ERR_UNSUPPORTED, "cuda mhc_site: not S = 4 with BF16 rows of D <= 4096");
+    if (y) {
+        assert(site->H_out->data != H_in->data && glm53_tensor_numel(site->H_out) == N * SD);
+        assert(glm53_tensor_rows(y) == N && cuda_cols(y) == D);
+    }
+    weight_ref fr, br, sr, nr;
+    GLM53_TRY(cuda_weight_ref(fn, &fr, "mhc_site"));
+    GLM53_TRY(cuda_weight_ref(site->base, &br, "mhc_site"));
+    GLM53_TRY(cuda_weight_ref(site->scale, &sr, "mhc_site"));
+    GLM53_TRY(cuda_weight_ref(site->norm, &nr, "mhc_site"));
+    GLM53_TRY(cuda_enter(cb));
+    if (N == 0) return GLM53_OK;
+    const int n_mix = (int)((2 + S) * S), n_chunks = (int)((SD + MHC_CHUNK - 1) / MHC_CHUNK);
+    const int64_t piece = N < CUDA_MHC_TICKET_ROWS ? N : CUDA_MHC_TICKET_ROWS;
+    cuda_scratch part;
+    GLM53_TRY(part.get(cb, (size_t)(piece * n_chunks * (n_mix + 1)) * sizeof(float), "mhc_site partial sums"));
+    for (int64_t n0 = 0; n0 < N; n0 += piece) {   /* every tensor here is BF16 but post and comb */
+        const int64_t rows = N - n0 < piece ? N - n0 : piece;
+        auto bf16_rows = [](const glm53_tensor *t, int64_t offset) { return (char *)t->data + 2 * offset; };
+        const act_out Ho{y ? bf16_rows(site->H_out, n0 * SD) : nullptr, true};
+        const act_out xs{bf16_rows(site->x, n0 * D), true}, xns{bf16_rows(site->xn, n0 * D), true};
+        const act_in ys{y ? bf16_rows(y, n0 * D) : nullptr, true}, Hi{bf16_rows(H_in, n0 * SD), true};
+        float *post = (float *)site->post->data + n0 * S, *comb = (float *)site->comb->data + n0 * S * S;
+        const dim3 grid((unsigned)rows, (unsigned)n_chunks);
+        auto kernel = y ? mhc_site_kernel<true> : mhc_site_kernel<false>;
+        CUDA_TRY(cuda_launch(cb, kernel, grid, MHC_SITE_THREADS, 0, cb->pdl, Ho, xs, xns, post, comb, ys, Hi,
+                             (float *)part.ptr, cb->mhc_tickets, fr, br, sr, nr, D, site->rms_eps, site->hc_eps,
+                             site->norm_eps, site->sinkhorn_iters));
+        CUDA_LAUNCHED("mhc_site");
+    }
     return GLM53_OK;
 }
 

@@ -329,9 +329,9 @@ static glm53_status count_differing(const glm53_tensor *a, const glm53_tensor *b
 }
 
 /* Records a rows-invariant check: passed when no value differed between one call and row-by-row calls. */
-static void record_differing(int64_t differing) {
+static void record_differing(int64_t differing, const char *what) {
     char note[120] = "";
-    if (differing) snprintf(note, sizeof note, "%lld values differ between one call and row-by-row calls", (long long)differing);
+    if (differing) snprintf(note, sizeof note, "%lld %s", (long long)differing, what);
     record(NULL, (double)differing, 0.0, differing == 0, note);
 }
 
@@ -937,7 +937,7 @@ static void check_mhc_pre_rows_invariant(int64_t N, int64_t S, int64_t D) {
     TRY(count_differing(x.g, x1.g, &differing));
     TRY(count_differing(post.g, post1.g, &differing));
     TRY(count_differing(comb.g, comb1.g, &differing));
-    record_differing(differing);
+    record_differing(differing, "values differ between one call and row-by-row calls");
 done:
     check_end();
 }
@@ -954,6 +954,116 @@ static void check_mhc_post(int64_t N, int64_t S, int64_t D, int dt) {
     TRY(cpu->ops->mhc_post(cpu, Hout.c, y.c, Hin.c, post.c, comb.c));
     TRY(gpu->ops->mhc_post(gpu, Hout.g, y.g, Hin.g, post.g, comb.g));
     compare(NULL, Hout.c, Hout.g, THR(dt));
+done:
+    check_end();
+}
+
+/* mhc_site (one site between two blocks, fused; optional on a backend) at S = 4 with BF16 rows: (a) the CUDA op
+ * chain it replaces (mhc_post, mhc_pre, rmsnorm) must give the same bits in H_out, x, xn, post and comb; (b) the
+ * CPU chain, within the BF16 thresholds. The op runs twice, the second time into fresh poisoned outputs, so a row
+ * ticket that did not go back to zero shows as unwritten values. with_post 0: the first site (no post step). */
+static void check_mhc_site(int64_t N, int64_t D, int with_post) {
+    const int64_t S = 4, n_mix = (2 + S) * S;
+    const float eps = 1e-5f;
+    check_begin("mhc_site", "H:bf16 fn:bf16", "N %lld S 4 D %lld%s", (long long)N, (long long)D,
+                with_post ? "" : " no post");
+    tpair H = {0}, y = {0}, fn = {0}, base = {0}, norm = {0}, scale = {0}, Ho = {0}, x = {0}, xn = {0};
+    tpair post = {0}, comb = {0};
+    glm53_tensor *post_chain = NULL, *comb_chain = NULL, *Ho_chain = NULL, *x_chain = NULL, *xn_chain = NULL;
+    if (!gpu->ops->mhc_site) {
+        fail_msg("the CUDA backend has no mhc_site (GLM53_CUDA_MHC_SITE=0?)");
+        goto done;
+    }
+    float *pv = randu(N * S, 0.0f, 2.0f, false), *cv = randu(N * S * S, 0.0f, 0.5f, false);
+    float sc[3] = {0.8f, 1.1f, 1.3f};
+    TRY(act_pair(&H, BF16, randn(N * S * D, 1.0f, true), SHAPE(N, S, D)));
+    TRY(act_pair(&y, BF16, randn(N * D, 1.0f, true), SHAPE(N, D)));
+    TRY(weight_pair(&fn, BF16, 2, n_mix, S * D, 1.0f / sqrtf((float)(S * D)), 0.0f, 0, 0));
+    TRY(weight_pair(&base, F32, 1, 1, n_mix, 0.5f, 0.0f, 0, 0));
+    TRY(weight_pair(&norm, BF16, 1, 1, D, 0.2f, 1.0f, 0, 0));
+    TRY(tensor_from(cpu, &scale.c, F32, sc, SHAPE(3)));
+    TRY(tensor_from(gpu, &scale.g, F32, sc, SHAPE(3)));
+    /* the fused op, twice (post and comb are in and out: each call starts from the previous site's values) */
+    for (int call = 0; call < 2; call++) {
+        glm53_tensor *p = NULL, *c = NULL, *h = NULL, *xo = NULL, *xno = NULL;
+        TRY(tensor_from(gpu, &p, F32, pv, SHAPE(N, S)));
+        TRY(tensor_from(gpu, &c, F32, cv, SHAPE(N, S, S)));
+        TRY(tensor_out(gpu, &h, BF16, SHAPE(N, S, D)));
+        TRY(tensor_out(gpu, &xo, BF16, SHAPE(N, D)));
+        TRY(tensor_out(gpu, &xno, BF16, SHAPE(N, D)));
+        const glm53_mhc_site site = {.H_out = h, .x = xo, .xn = xno, .post = p, .comb = c, .y = with_post ? y.g : NULL,
+                                     .H_in = H.g, .fn = fn.g, .base = base.g, .scale = scale.g, .norm = norm.g,
+                                     .rms_eps = eps, .hc_eps = 1e-6f, .norm_eps = eps, .sinkhorn_iters = 20};
+        TRY(gpu->ops->mhc_site(gpu, &site));
+        post.g = p, comb.g = c, Ho.g = h, x.g = xo, xn.g = xno;   /* the second call's are compared */
+    }
+    /* the CUDA chain */
+    TRY(tensor_from(gpu, &post_chain, F32, pv, SHAPE(N, S)));
+    TRY(tensor_from(gpu, &comb_chain, F32, cv, SHAPE(N, S, S)));
+    TRY(tensor_out(gpu, &Ho_chain, BF16, SHAPE(N, S, D)));
+    TRY(tensor_out(gpu, &x_chain, BF16, SHAPE(N, D)));
+    TRY(tensor_out(gpu, &xn_chain, BF16, SHAPE(N, D)));
+    if (with_post) TRY(gpu->ops->mhc_post(gpu, Ho_chain, y.g, H.g, post_chain, comb_chain));
+    TRY(gpu->ops->mhc_pre(gpu, x_chain, post_chain, comb_chain, with_post ? Ho_chain : H.g, fn.g, base.g, scale.g,
+                          eps, 1e-6f, 20));
+    TRY(gpu->ops->rmsnorm(gpu, xn_chain, x_chain, norm.g, eps));
+    int64_t differing = 0;
+    if (with_post) TRY(count_differing(Ho.g, Ho_chain, &differing));
+    TRY(count_differing(x.g, x_chain, &differing));
+    TRY(count_differing(xn.g, xn_chain, &differing));
+    TRY(count_differing(post.g, post_chain, &differing));
+    TRY(count_differing(comb.g, comb_chain, &differing));
+    record_differing(differing, "values differ from the CUDA op chain's");
+    /* the CPU chain */
+    TRY(tensor_from(cpu, &post.c, F32, pv, SHAPE(N, S)));
+    TRY(tensor_from(cpu, &comb.c, F32, cv, SHAPE(N, S, S)));
+    TRY(tensor_out(cpu, &Ho.c, F32, SHAPE(N, S, D)));
+    TRY(tensor_out(cpu, &x.c, F32, SHAPE(N, D)));
+    TRY(tensor_out(cpu, &xn.c, F32, SHAPE(N, D)));
+    if (with_post) TRY(cpu->ops->mhc_post(cpu, Ho.c, y.c, H.c, post.c, comb.c));
+    TRY(cpu->ops->mhc_pre(cpu, x.c, post.c, comb.c, with_post ? Ho.c : H.c, fn.c, base.c, scale.c, eps, 1e-6f, 20));
+    TRY(cpu->ops->rmsnorm(cpu, xn.c, x.c, norm.c, eps));
+    double thr = THR(BF16);
+    if (with_post) compare("H_out", Ho.c, Ho.g, thr);
+    compare("x", x.c, x.g, thr);
+    compare("xn", xn.c, xn.g, thr);
+    compare("post", post.c, post.g, thr);
+    compare("comb", comb.c, comb.g, thr);
+done:
+    check_end();
+}
+
+/* mhc_site refuses what it does not take (F32 rows here) with GLM53_ERR_UNSUPPORTED, and writes nothing. */
+static void check_mhc_site_refuses(void) {
+    const int64_t N = 2, S = 4, D = 64, n_mix = (2 + S) * S;
+    check_begin("mhc_site refuses", "H:f32", "N 2 S 4 D 64");
+    glm53_tensor *H = NULL, *x = NULL, *xn = NULL, *post = NULL, *comb = NULL, *fn = NULL, *base = NULL;
+    glm53_tensor *norm = NULL, *scale = NULL;
+    if (!gpu->ops->mhc_site) {
+        fail_msg("the CUDA backend has no mhc_site (GLM53_CUDA_MHC_SITE=0?)");
+        goto done;
+    }
+    float sc[3] = {0.8f, 1.1f, 1.3f};
+    TRY(tensor_from(gpu, &H, F32, randn(N * S * D, 1.0f, false), SHAPE(N, S, D)));
+    TRY(tensor_out(gpu, &x, F32, SHAPE(N, D)));
+    TRY(tensor_out(gpu, &xn, F32, SHAPE(N, D)));
+    TRY(tensor_out(gpu, &post, F32, SHAPE(N, S)));
+    TRY(tensor_out(gpu, &comb, F32, SHAPE(N, S, S)));
+    TRY(tensor_from(gpu, &fn, BF16, randn(n_mix * S * D, 0.1f, true), SHAPE(n_mix, S * D)));
+    TRY(tensor_from(gpu, &base, F32, randn(n_mix, 0.5f, false), SHAPE(n_mix)));
+    TRY(tensor_from(gpu, &norm, BF16, randn(D, 1.0f, true), SHAPE(D)));
+    TRY(tensor_from(gpu, &scale, F32, sc, SHAPE(3)));
+    const glm53_mhc_site site = {.x = x, .xn = xn, .post = post, .comb = comb, .H_in = H, .fn = fn, .base = base,
+                                 .scale = scale, .norm = norm, .rms_eps = 1e-5f, .hc_eps = 1e-6f, .norm_eps = 1e-5f,
+                                 .sinkhorn_iters = 20};
+    glm53_status st = gpu->ops->mhc_site(gpu, &site);
+    glm53_clear_error();
+    float *xv = hmem((size_t)(N * D) * sizeof(float));
+    TRY(fetch_f32(gpu, x, xv));
+    int64_t written = 0;
+    for (int64_t i = 0; i < N * D; i++) written += !isnan(xv[i]);
+    record("status", st == GLM53_ERR_UNSUPPORTED ? 0.0 : 1.0, 0.0, st == GLM53_ERR_UNSUPPORTED && written == 0,
+           st != GLM53_ERR_UNSUPPORTED ? "not GLM53_ERR_UNSUPPORTED" : written ? "wrote x" : "");
 done:
     check_end();
 }
@@ -1029,7 +1139,7 @@ static void check_kda_rows_invariant(int64_t H, int64_t dk, int64_t dv, int64_t 
     int64_t differing = 0;
     TRY(count_differing(o_all.g, o_one.g, &differing));
     TRY(count_differing(s_all.g, s_one.g, &differing));
-    record_differing(differing);
+    record_differing(differing, "values differ between one call and row-by-row calls");
 done:
     check_end();
 }
@@ -1468,7 +1578,7 @@ static void check_moe_rows_invariant(int64_t N, int64_t D, int64_t F, int32_t E,
     }
     int64_t differing = 0;
     TRY(count_differing(y.g, y1.g, &differing));
-    record_differing(differing);
+    record_differing(differing, "values differ between one call and row-by-row calls");
 done:
     if (set.device) gpu->ops->release_experts(gpu, &set);
     check_end();
@@ -1651,6 +1761,12 @@ static void group_mhc(void) {
         check_mhc_mean(17, 4, 130, dt);
     }
     check_mhc_pre_rows_invariant(5, 4, 4096);   /* 16-byte loads */
+    check_mhc_site(1, 4096, 1);                 /* a decode row at the real width */
+    check_mhc_site(1, 4096, 0);
+    check_mhc_site(17, 4096, 1);
+    check_mhc_site(3, 136, 1);                  /* a last chunk of 32 elements, D not a multiple of 256 */
+    check_mhc_site(5, 40, 0);                   /* every row in one chunk */
+    check_mhc_site_refuses();
     check_mhc_pre_rows_invariant(3, 4, 130);    /* element loads */
 }
 
@@ -2036,10 +2152,11 @@ int main(int argc, char **argv) {
         }
     }
 
-    /* The fused KDA op and the device-grouped experts are off by default in the backend (docs/cuda.md, performance
-     * switches); their checks need them. */
+    /* The fused ops and the device-grouped experts behind performance switches (docs/cuda.md) are checked even
+     * where a default leaves one off; GLM53_CUDA_<NAME>=0 in the environment still turns one off. */
     setenv("GLM53_CUDA_KDA_SEQUENCES", "1", 0);
     setenv("GLM53_CUDA_GROUPED_EXPERTS", "1", 0);
+    setenv("GLM53_CUDA_MHC_SITE", "1", 0);
     glm53_status st = self_test ? glm53_backend_cpu_create(0, &gpu) : glm53_backend_cuda_create(0, &gpu);
     if (st != GLM53_OK) {
         printf("cannot create the CUDA backend: %s\ncuda ops: 0 passed, 1 failed\n", glm53_last_error());
