@@ -45,6 +45,7 @@ enum {
     MLA_ROWS = 4,        /* query rows a qh / out block serves per weight read */
     QH_COLS = 128,       /* qh: columns of R per block (16 threads x 8) */
     QH_GROUPS = 16,      /* qh: key-row groups per block */
+    QH_AHEAD = 16,       /* qh: key rows per thread requested before the wait (dk <= QH_GROUPS * QH_AHEAD) */
     SC_HEADS = 32,       /* scores: heads per tile */
     SC_POS = 32,         /* scores: positions per tile */
     SC_K = 64,           /* scores: columns of R per staged chunk */
@@ -115,15 +116,46 @@ __device__ inline void act_load8(act_in a, int64_t row_off, int64_t c0, int64_t 
 __global__ void __launch_bounds__(MLA_THREADS)
 sparse_mla_qh_kernel(float *qh, act_in q, weight_ref kv_b, bool w_vec, int64_t t0, int64_t nc, int64_t H,
                      int64_t dk, int64_t dv, int64_t R) {
-    cuda_pdl_begin();
     __shared__ __align__(16) float red[QH_GROUPS][MLA_ROWS][QH_COLS];
     const int64_t h = blockIdx.y, tl0 = (int64_t)blockIdx.z * MLA_ROWS;
     const int nt = (int)(nc - tl0 < MLA_ROWS ? nc - tl0 : MLA_ROWS);
     const int ct = threadIdx.x % (QH_COLS / 8), g = threadIdx.x / (QH_COLS / 8);
     const int64_t c0 = (int64_t)blockIdx.x * QH_COLS + ct * 8;
 
+    /* BF16 rows in 16-byte loads and at most QH_AHEAD of them per thread (dk <= 256): the thread's whole share of
+     * the weight is requested before the wait on the previous kernel (weights are never written), so the read
+     * overlaps that kernel's tail; the products are the other path's, in the same order. */
+    const bool ahead = w_vec && kv_b.dtype == GLM53_BF16 && dk <= (int64_t)QH_GROUPS * QH_AHEAD && c0 < R;
+    uint4 wraw[QH_AHEAD];
+    cuda_pdl_launch_dependents();
+    if (ahead) {
+        const __nv_bfloat16 *wb = (const __nv_bfloat16 *)kv_b.data;
+#pragma unroll
+        for (int a = 0; a < QH_AHEAD; a++) {
+            const int64_t i = g + (int64_t)a * QH_GROUPS;
+            wraw[a] = i < dk ? *reinterpret_cast<const uint4 *>(wb + (h * (dk + dv) + i) * R + c0) : make_uint4(0, 0, 0, 0);
+        }
+    }
+    cuda_pdl_wait();
+
     float acc[MLA_ROWS][8] = {};
-    if (c0 < R) {
+    if (ahead) {
+#pragma unroll
+        for (int a = 0; a < QH_AHEAD; a++) {
+            const int64_t i = g + (int64_t)a * QH_GROUPS;
+            if (i >= dk) break;
+            float w[8];
+            cuda_bf16x8_to_float(wraw[a], w);
+#pragma unroll
+            for (int m = 0; m < MLA_ROWS; m++) {
+                if (m < nt) {
+                    float x = q[((t0 + tl0 + m) * H + h) * dk + i];
+#pragma unroll
+                    for (int k = 0; k < 8; k++) acc[m][k] += x * w[k];
+                }
+            }
+        }
+    } else if (c0 < R) {
 #pragma unroll 8
         for (int64_t i = g; i < dk; i += QH_GROUPS) {
             float w[8];
