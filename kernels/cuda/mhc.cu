@@ -61,20 +61,24 @@ __device__ inline void mhc_fn_load8(uint4 (&raw)[MHC_GROUP], const __nv_bfloat16
 }
 
 /* One thread's 8 elements of a chunk: acc[g] += hv . fn row (v0 + g) (raw, as mhc_fn_load8 loaded it),
- * acc[MHC_GROUP] += hv . hv. mhc_project_kernel and mhc_site_kernel both sum here: the same bits. */
+ * acc[MHC_GROUP] += hv . hv. mhc_project_kernel and mhc_site_kernel both sum here: the same bits. Every rounding
+ * is spelled out (__fmaf_rn, __fmul_rn, __fadd_rn): a compiler free to contract x*w + y*v may pick either product
+ * to fuse, and may pick differently in two kernels (this file's kernels and the fused one must agree bit for bit;
+ * mhc_post, the collapse and rmsnorm spell theirs out for the same reason). */
 __device__ inline void mhc_project8(float (&acc)[MHC_GROUP + 1], const float (&hv)[8], const uint4 (&raw)[MHC_GROUP]) {
 #pragma unroll
     for (int g = 0; g < MHC_GROUP; g++) {
         float wv[8], a = 0.0f;
         cuda_bf16x8_to_float(raw[g], wv);
 #pragma unroll
-        for (int e = 0; e < 4; e++) a += hv[2 * e] * wv[2 * e] + hv[2 * e + 1] * wv[2 * e + 1];
-        acc[g] += a;
+        for (int e = 0; e < 4; e++)
+            a = __fadd_rn(a, __fmaf_rn(hv[2 * e], wv[2 * e], __fmul_rn(hv[2 * e + 1], wv[2 * e + 1])));
+        acc[g] = __fadd_rn(acc[g], a);
     }
     float sq = 0.0f;
 #pragma unroll
-    for (int e = 0; e < 8; e++) sq += hv[e] * hv[e];
-    acc[MHC_GROUP] += sq;
+    for (int e = 0; e < 8; e++) sq = __fmaf_rn(hv[e], hv[e], sq);
+    acc[MHC_GROUP] = __fadd_rn(acc[MHC_GROUP], sq);
 }
 
 /* The chunk's sums of the threads' acc over the first MHC_PROJECT_THREADS threads of the block (warp sums, then
@@ -209,7 +213,7 @@ mhc_mix_kernel(act_out x, float *post, float *comb, act_in H, const float *part,
         const int64_t d0 = (int64_t)blockIdx.y * MHC_COLS, d1 = d0 + MHC_COLS < D ? d0 + MHC_COLS : D;
         for (int64_t d = d0 + threadIdx.x; d < d1; d += blockDim.x) {
             float acc = 0.0f;
-            for (int64_t k = 0; k < S; k++) acc += pre[k] * H[n * SD + k * D + d];
+            for (int64_t k = 0; k < S; k++) acc = __fmaf_rn(pre[k], H[n * SD + k * D + d], acc);
             x.store(n * D + d, acc);
         }
         return;
@@ -312,9 +316,9 @@ mhc_site_kernel(act_out H_out, act_out x, act_out xn, float *post, float *comb, 
             float a[8];
 #pragma unroll
             for (int e = 0; e < 8; e++) {
-                a[e] = pk * yv[e];
+                a[e] = __fmul_rn(pk, yv[e]);
 #pragma unroll
-                for (int j = 0; j < S; j++) a[e] += cjk[j] * hj[j][e];
+                for (int j = 0; j < S; j++) a[e] = __fmaf_rn(cjk[j], hj[j][e], a[e]);
             }
             const uint4 hb = cuda_float8_to_bf16x8(a);
             *reinterpret_cast<uint4 *>((__nv_bfloat16 *)H_out.data + n * SD + i) = hb;
@@ -379,14 +383,14 @@ mhc_site_kernel(act_out H_out, act_out x, act_out xn, float *post, float *comb, 
                 float hf[8];
                 cuda_bf16x8_to_float(hk[v][c][k], hf);
 #pragma unroll
-                for (int e = 0; e < 8; e++) a[e] += pre[k] * hf[e];
+                for (int e = 0; e < 8; e++) a[e] = __fmaf_rn(pre[k], hf[e], a[e]);
             }
             xb[v][c] = cuda_float8_to_bf16x8(a);
             if (column(v, c) >= D) continue;
             *reinterpret_cast<uint4 *>((__nv_bfloat16 *)x.data + n * D + column(v, c)) = xb[v][c];
             cuda_bf16x8_to_float(xb[v][c], xr);
 #pragma unroll
-            for (int e = 0; e < 8; e++) ss[v] += xr[e] * xr[e];
+            for (int e = 0; e < 8; e++) ss[v] = __fmaf_rn(xr[e], xr[e], ss[v]);
         }
     }
 #pragma unroll
@@ -419,8 +423,8 @@ __global__ void mhc_post_kernel(act_out H_out, act_in y, act_in H_in, const floa
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < N * S * D;
          i += (int64_t)gridDim.x * blockDim.x) {
         int64_t n = i / (S * D), k = (i / D) % S, d = i % D;
-        float acc = post[n * S + k] * y[n * D + d];
-        for (int64_t j = 0; j < S; j++) acc += comb[(n * S + j) * S + k] * H_in[(n * S + j) * D + d];
+        float acc = __fmul_rn(post[n * S + k], y[n * D + d]);
+        for (int64_t j = 0; j < S; j++) acc = __fmaf_rn(comb[(n * S + j) * S + k], H_in[(n * S + j) * D + d], acc);
         H_out.store(i, acc);
     }
 }

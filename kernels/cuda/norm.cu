@@ -111,7 +111,7 @@ rmsnorm_rows_kernel(act_out y, act_in x, weight_ref w, bool has_w, int64_t D, fl
     for (int c = 0; c < NORM_CHUNKS; c++)
         if (((int64_t)c * NORM_THREADS + threadIdx.x) * 8 < D)
 #pragma unroll
-            for (int j = 0; j < 8; j++) ss += v[c][j] * v[c][j];
+            for (int j = 0; j < 8; j++) ss = __fmaf_rn(v[c][j], v[c][j], ss);   /* spelled out: mhc_site replays it */
     const float inv_rms = 1.0f / sqrtf(cuda_block_sum(ss) / (float)D + eps);
 #pragma unroll
     for (int c = 0; c < NORM_CHUNKS; c++) {
