@@ -111,9 +111,7 @@ void forward_main(step_ctx *sc) {
     /* the last feed-forward output into the streams */
     if (c->num_hidden_layers > 0) {
         OP(be->ops->mhc_post(be, H2, y, H, post, comb));
-        glm53_tensor *tmp = H;
-        H = H2;
-        H2 = tmp;
+        swap_tensors(&H, &H2);
         trace(sc, c->num_hidden_layers - 1, "ffn_H", H);
     }
     if (sc->st != GLM53_OK || !wants_outputs(sc)) return;

@@ -71,6 +71,12 @@ static inline bool wants_outputs(const step_ctx *sc) {
         if (sc->st == GLM53_OK) sc->st = (call);   \
     } while (0)
 
+static inline void swap_tensors(glm53_tensor **a, glm53_tensor **b) {
+    glm53_tensor *t = *a;
+    *a = *b;
+    *b = t;
+}
+
 static inline glm53_tensor rows(const glm53_tensor *t, int64_t row0, int64_t n) {
     return glm53_tensor_rows_view(t, row0, n);
 }

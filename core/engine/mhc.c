@@ -17,8 +17,8 @@ glm53_status mhc_load(glm53_rank *rk, const char *prefix, mhc_weights *w, int la
 }
 
 /* x[N,D] (the collapsed input of the block), post[N,S] and comb[N,S,S] from the streams H[N,S,D]. */
-static void mhc_pre_site(step_ctx *sc, const mhc_weights *w, const glm53_tensor *H, glm53_tensor *x, glm53_tensor *post,
-                  glm53_tensor *comb) {
+static void mhc_pre_site(step_ctx *sc, const mhc_weights *w, const glm53_tensor *H, glm53_tensor *x,
+                         glm53_tensor *post, glm53_tensor *comb) {
     const glm53_text_config *c = &sc->m->config.text;
     OP(sc->be->ops->mhc_pre(sc->be, x, post, comb, H, &w->fn, &w->base, &w->scale, c->rms_norm_eps, c->hc_eps,
                             c->hc_sinkhorn_iters));
@@ -42,20 +42,14 @@ void mhc_site(step_ctx *sc, const mhc_weights *w, const glm53_tensor *norm, cons
         glm53_status st = be->ops->mhc_site(be, &site);
         if (st != GLM53_ERR_UNSUPPORTED) {
             sc->st = st;
-            if (y) {
-                glm53_tensor *t = *H;
-                *H = *H2;
-                *H2 = t;
-            }
+            if (y) swap_tensors(H, H2);
             return;
         }
         glm53_clear_error();
     }
     if (y) {
         OP(be->ops->mhc_post(be, *H2, y, *H, post, comb));
-        glm53_tensor *t = *H;
-        *H = *H2;
-        *H2 = t;
+        swap_tensors(H, H2);
         trace(sc, H_layer, H_label, *H);
     }
     mhc_pre_site(sc, w, *H, x, post, comb);
