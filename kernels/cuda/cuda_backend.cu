@@ -83,7 +83,8 @@ glm53_status cuda_smem_optin(cuda_backend *cb, const void *kernel, size_t bytes,
  * (tests/cuda/h200/decode_ab.sh; docs/performance.md); a new one is off until its first GPU run has. "0" / "1"
  * in GLM53_CUDA_<NAME> overrides a default, for an A/B or a suspected kernel. */
 static const bool CUDA_DEFAULT_GEMV_STREAM = true, CUDA_DEFAULT_PDL = true, CUDA_DEFAULT_KDA_SEQUENCES = true,
-                  CUDA_DEFAULT_GROUPED_EXPERTS = true, CUDA_DEFAULT_MHC_SITE = false;
+                  CUDA_DEFAULT_GROUPED_EXPERTS = true, CUDA_DEFAULT_MHC_SITE = false,
+                  CUDA_DEFAULT_FP8_OCCUPANCY = false;
 
 glm53_status cuda_blocks_per_sm(cuda_backend *cb, const void *kernel, int threads, size_t smem, int *blocks) {
     for (int32_t i = 0; i < cb->n_occupancy; i++)
@@ -689,6 +690,7 @@ static glm53_status cuda_backend_init(cuda_backend *cb, int32_t ordinal) {
     cb->kda_sequences = switched_on("GLM53_CUDA_KDA_SEQUENCES", CUDA_DEFAULT_KDA_SEQUENCES);
     cb->grouped_experts = switched_on("GLM53_CUDA_GROUPED_EXPERTS", CUDA_DEFAULT_GROUPED_EXPERTS);
     cb->mhc_site = switched_on("GLM53_CUDA_MHC_SITE", CUDA_DEFAULT_MHC_SITE);
+    cb->fp8_occupancy = switched_on("GLM53_CUDA_FP8_OCCUPANCY", CUDA_DEFAULT_FP8_OCCUPANCY);
 
     cb->allocator = new (std::nothrow) cuda_allocator();
     if (!cb->allocator) return GLM53_FAIL(GLM53_ERR_OUT_OF_MEMORY, "cuda: no host memory for the allocator");

@@ -56,6 +56,8 @@ enum {
     GEMV_MMA_MAX_M = 16,
     GEMV_MMA_X_BUDGET = 144 * 1024,   /* bytes of staged x at most (the H100 and H200 give a block 227 KiB) */
     GEMV_MMA_PAD = 8,                 /* BF16 elements after each staged x row (16 bytes), to spread the banks */
+    GEMV_MMA_FP8_BLOCKS = 3,          /* blocks per multiprocessor of the FP8 streaming kernels under
+                                         GLM53_CUDA_FP8_OCCUPANCY (2 fit their registers otherwise) */
 };
 constexpr float GEMV_MMA_X_SCALE = 18446744073709551616.0f;   /* 2^64 */
 constexpr float GEMV_MMA_UNSCALE = 72057594037927936.0f;       /* 2^56 = 2^120 / 2^64 (codes placed by bits) */
@@ -441,9 +443,10 @@ struct gemv_mma_segment_tiles {
 };
 
 /* y_s = x w_s^T for every segment: grid ceil(tiles / tiles_per_block) blocks of GEMV_MMA_THREADS,
- * gemv_mma_stream_smem(gemv_mma_x_rows(M), R, K) bytes. */
-template <bool FP8, int R, int U>
-__global__ void __launch_bounds__(GEMV_MMA_THREADS)
+ * gemv_mma_stream_smem(gemv_mma_x_rows(M), R, K) bytes. MIN_BLOCKS: the blocks per multiprocessor the registers
+ * are budgeted for (GLM53_CUDA_FP8_OCCUPANCY asks 3 for FP8 weights; registers change, arithmetic does not). */
+template <bool FP8, int R, int U, int MIN_BLOCKS = 1>
+__global__ void __launch_bounds__(GEMV_MMA_THREADS, MIN_BLOCKS)
 gemv_mma_stream_kernel(const __grid_constant__ gemv_mma_segments segs, const __nv_bfloat16 *x, int M, int K,
                        int tiles_per_block) {
     extern __shared__ __align__(16) uint8_t gemv_mma_smem_bytes[];

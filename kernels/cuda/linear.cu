@@ -131,7 +131,10 @@ static glm53_status gemv_mma_launch(cuda_backend *cb, act_out y, const __nv_bflo
 template <bool FP8, int R, int U>
 static glm53_status gemv_mma_stream_launch(cuda_backend *cb, gemv_mma_segments &segs, const __nv_bfloat16 *x, int M,
                                            int K) {
-    const void *kernel = (const void *)gemv_mma_stream_kernel<FP8, R, U>;
+    auto kernel_fn = gemv_mma_stream_kernel<FP8, R, U>;
+    if constexpr (FP8)
+        if (cb->fp8_occupancy) kernel_fn = gemv_mma_stream_kernel<FP8, R, U, GEMV_MMA_FP8_BLOCKS>;
+    const void *kernel = (const void *)kernel_fn;
     const size_t smem = gemv_mma_stream_smem(M, R, K);
     GLM53_TRY(cuda_smem_optin(cb, kernel, smem, "matmul (mma stream)"));
     segs.tiles = 0;
@@ -143,8 +146,7 @@ static glm53_status gemv_mma_stream_launch(cuda_backend *cb, gemv_mma_segments &
     unsigned blocks;
     int per_block;
     GLM53_TRY(gemv_mma_stream_grid(cb, kernel, smem, segs.tiles, &blocks, &per_block));
-    CUDA_TRY(cuda_launch(cb, gemv_mma_stream_kernel<FP8, R, U>, blocks, GEMV_MMA_THREADS, smem, cb->pdl, segs, x, M, K,
-                         per_block));
+    CUDA_TRY(cuda_launch(cb, kernel_fn, blocks, GEMV_MMA_THREADS, smem, cb->pdl, segs, x, M, K, per_block));
     CUDA_LAUNCHED("matmul (mma stream)");
     return GLM53_OK;
 }

@@ -351,9 +351,10 @@ struct expert_down_tiles : expert_tiles_common {
     }
 };
 
-/* Grid: ceil(tiles / per_block) blocks of GEMV_MMA_THREADS; gemv_mma_stream_smem(x_rows, 2, K) bytes. */
-template <class Tiles, bool FP8>
-__global__ void __launch_bounds__(GEMV_MMA_THREADS)
+/* Grid: ceil(tiles / per_block) blocks of GEMV_MMA_THREADS; gemv_mma_stream_smem(x_rows, 2, K) bytes. MIN_BLOCKS as
+ * gemv_mma_stream_kernel's. */
+template <class Tiles, bool FP8, int MIN_BLOCKS = 1>
+__global__ void __launch_bounds__(GEMV_MMA_THREADS, MIN_BLOCKS)
 expert_stream_kernel(const Tiles tiles, int n_tiles, int per_block, const __nv_bfloat16 *x, int x_rows, int K) {
     extern __shared__ __align__(16) uint8_t expert_smem[];
     const int t_begin = blockIdx.x * per_block, t_end = min(t_begin + per_block, n_tiles);
@@ -363,15 +364,18 @@ expert_stream_kernel(const Tiles tiles, int n_tiles, int per_block, const __nv_b
 template <class Tiles, bool FP8>
 static glm53_status expert_stream_launch(cuda_backend *cb, const Tiles &tiles, int n_tiles, const __nv_bfloat16 *x,
                                          int x_rows, int K, const char *what) {
-    const void *kernel = (const void *)expert_stream_kernel<Tiles, FP8>;
+    auto kernel_fn = expert_stream_kernel<Tiles, FP8>;
+    if constexpr (FP8)
+        if (cb->fp8_occupancy) kernel_fn = expert_stream_kernel<Tiles, FP8, GEMV_MMA_FP8_BLOCKS>;
+    const void *kernel = (const void *)kernel_fn;
     const size_t smem = gemv_mma_stream_smem(x_rows, 2, K);
     GLM53_TRY(cuda_smem_optin(cb, kernel, smem, what));
     if (n_tiles == 0) return GLM53_OK;
     unsigned blocks;
     int per_block;
     GLM53_TRY(gemv_mma_stream_grid(cb, kernel, smem, n_tiles, &blocks, &per_block));
-    CUDA_TRY(cuda_launch(cb, expert_stream_kernel<Tiles, FP8>, blocks, GEMV_MMA_THREADS, smem, cb->pdl, tiles, n_tiles,
-                         per_block, x, x_rows, K));
+    CUDA_TRY(cuda_launch(cb, kernel_fn, blocks, GEMV_MMA_THREADS, smem, cb->pdl, tiles, n_tiles, per_block, x, x_rows,
+                         K));
     CUDA_LAUNCHED(what);
     return GLM53_OK;
 }
