@@ -330,9 +330,11 @@ mhc_site_kernel(act_out H_out, act_out x, act_out xn, float *post, float *comb, 
     }
     mhc_chunk_partials(part + ((int64_t)n * n_chunks + blockIdx.y) * (n_mix + 1), acc, 0, n_mix);
 
-    /* the ticket: every block's partials (and H_out chunk) are visible before its ticket is counted */
+    /* the ticket: every thread's writes (its H_out elements, the partials) are made visible device-wide before the
+     * block's ticket is counted, so the block that draws the last one reads them all */
+    __threadfence();
+    __syncthreads();
     if (u == 0) {
-        __threadfence();
         last = atomicAdd(&tickets[n], 1u) == (unsigned)n_chunks - 1;
         if (last) tickets[n] = 0;
     }
