@@ -443,16 +443,28 @@ struct gemv_mma_segment_tiles {
 };
 
 /* y_s = x w_s^T for every segment: grid ceil(tiles / tiles_per_block) blocks of GEMV_MMA_THREADS,
- * gemv_mma_stream_smem(gemv_mma_x_rows(M), R, K) bytes. MIN_BLOCKS: the blocks per multiprocessor the registers
- * are budgeted for (GLM53_CUDA_FP8_OCCUPANCY asks 3 for FP8 weights; registers change, arithmetic does not). */
-template <bool FP8, int R, int U, int MIN_BLOCKS = 1>
-__global__ void __launch_bounds__(GEMV_MMA_THREADS, MIN_BLOCKS)
-gemv_mma_stream_kernel(const __grid_constant__ gemv_mma_segments segs, const __nv_bfloat16 *x, int M, int K,
-                       int tiles_per_block) {
+ * gemv_mma_stream_smem(gemv_mma_x_rows(M), R, K) bytes. */
+template <bool FP8, int R, int U>
+__device__ inline void gemv_mma_stream_segments(const gemv_mma_segments &segs, const __nv_bfloat16 *x, int M, int K,
+                                                int tiles_per_block) {
     extern __shared__ __align__(16) uint8_t gemv_mma_smem_bytes[];
     const int t_begin = blockIdx.x * tiles_per_block, t_end = min(t_begin + tiles_per_block, segs.tiles);
     const gemv_mma_segment_tiles<FP8, R> tiles{segs, M, K};
     gemv_mma_stream<FP8, R, U>(gemv_mma_smem_bytes, tiles, t_begin, t_end, x, M, M, K);
+}
+template <bool FP8, int R, int U>
+__global__ void __launch_bounds__(GEMV_MMA_THREADS)
+gemv_mma_stream_kernel(const __grid_constant__ gemv_mma_segments segs, const __nv_bfloat16 *x, int M, int K,
+                       int tiles_per_block) {
+    gemv_mma_stream_segments<FP8, R, U>(segs, x, M, K, tiles_per_block);
+}
+/* The same with registers budgeted for GEMV_MMA_FP8_BLOCKS blocks a multiprocessor (GLM53_CUDA_FP8_OCCUPANCY, FP8
+ * weights): the same instructions and bits, fewer registers, a few spills. */
+template <bool FP8, int R, int U>
+__global__ void __launch_bounds__(GEMV_MMA_THREADS, GEMV_MMA_FP8_BLOCKS)
+gemv_mma_stream_kernel_occupancy(const __grid_constant__ gemv_mma_segments segs, const __nv_bfloat16 *x, int M, int K,
+                                 int tiles_per_block) {
+    gemv_mma_stream_segments<FP8, R, U>(segs, x, M, K, tiles_per_block);
 }
 
 /* y[M, N] = x[M, K] * w[N, K]^T. Grid: ceil(N / (8 R)) blocks of GEMV_MMA_THREADS, gemv_mma_smem(M, R, slab)

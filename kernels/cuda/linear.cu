@@ -133,7 +133,7 @@ static glm53_status gemv_mma_stream_launch(cuda_backend *cb, gemv_mma_segments &
                                            int K) {
     auto kernel_fn = gemv_mma_stream_kernel<FP8, R, U>;
     if constexpr (FP8)
-        if (cb->fp8_occupancy) kernel_fn = gemv_mma_stream_kernel<FP8, R, U, GEMV_MMA_FP8_BLOCKS>;
+        if (cb->fp8_occupancy) kernel_fn = gemv_mma_stream_kernel_occupancy<FP8, R, U>;
     const void *kernel = (const void *)kernel_fn;
     const size_t smem = gemv_mma_stream_smem(M, R, K);
     GLM53_TRY(cuda_smem_optin(cb, kernel, smem, "matmul (mma stream)"));

@@ -351,14 +351,25 @@ struct expert_down_tiles : expert_tiles_common {
     }
 };
 
-/* Grid: ceil(tiles / per_block) blocks of GEMV_MMA_THREADS; gemv_mma_stream_smem(x_rows, 2, K) bytes. MIN_BLOCKS as
- * gemv_mma_stream_kernel's. */
-template <class Tiles, bool FP8, int MIN_BLOCKS = 1>
-__global__ void __launch_bounds__(GEMV_MMA_THREADS, MIN_BLOCKS)
-expert_stream_kernel(const Tiles tiles, int n_tiles, int per_block, const __nv_bfloat16 *x, int x_rows, int K) {
+/* Grid: ceil(tiles / per_block) blocks of GEMV_MMA_THREADS; gemv_mma_stream_smem(x_rows, 2, K) bytes. */
+template <class Tiles, bool FP8>
+__device__ inline void expert_stream(const Tiles &tiles, int n_tiles, int per_block, const __nv_bfloat16 *x,
+                                     int x_rows, int K) {
     extern __shared__ __align__(16) uint8_t expert_smem[];
     const int t_begin = blockIdx.x * per_block, t_end = min(t_begin + per_block, n_tiles);
     gemv_mma_stream<FP8, 2, 2>(expert_smem, tiles, t_begin, t_end, x, x_rows, 1, K);
+}
+template <class Tiles, bool FP8>
+__global__ void __launch_bounds__(GEMV_MMA_THREADS)
+expert_stream_kernel(const Tiles tiles, int n_tiles, int per_block, const __nv_bfloat16 *x, int x_rows, int K) {
+    expert_stream<Tiles, FP8>(tiles, n_tiles, per_block, x, x_rows, K);
+}
+/* The same with registers budgeted for GEMV_MMA_FP8_BLOCKS blocks a multiprocessor (GLM53_CUDA_FP8_OCCUPANCY). */
+template <class Tiles, bool FP8>
+__global__ void __launch_bounds__(GEMV_MMA_THREADS, GEMV_MMA_FP8_BLOCKS)
+expert_stream_kernel_occupancy(const Tiles tiles, int n_tiles, int per_block, const __nv_bfloat16 *x, int x_rows,
+                               int K) {
+    expert_stream<Tiles, FP8>(tiles, n_tiles, per_block, x, x_rows, K);
 }
 
 template <class Tiles, bool FP8>
@@ -366,7 +377,7 @@ static glm53_status expert_stream_launch(cuda_backend *cb, const Tiles &tiles, i
                                          int x_rows, int K, const char *what) {
     auto kernel_fn = expert_stream_kernel<Tiles, FP8>;
     if constexpr (FP8)
-        if (cb->fp8_occupancy) kernel_fn = expert_stream_kernel<Tiles, FP8, GEMV_MMA_FP8_BLOCKS>;
+        if (cb->fp8_occupancy) kernel_fn = expert_stream_kernel_occupancy<Tiles, FP8>;
     const void *kernel = (const void *)kernel_fn;
     const size_t smem = gemv_mma_stream_smem(x_rows, 2, K);
     GLM53_TRY(cuda_smem_optin(cb, kernel, smem, what));
