@@ -139,6 +139,16 @@ sparse_mla_qh_kernel(float *qh, act_in q, weight_ref kv_b, bool w_vec, int64_t t
     cuda_pdl_wait();
 
     float acc[MLA_ROWS][8] = {};
+    auto add_key_row = [&](int64_t i, const float (&w)[8]) {   /* acc[m] += q[m][i] * key row i, columns c0 .. +8 */
+#pragma unroll
+        for (int m = 0; m < MLA_ROWS; m++) {
+            if (m < nt) {
+                float x = q[((t0 + tl0 + m) * H + h) * dk + i];
+#pragma unroll
+                for (int k = 0; k < 8; k++) acc[m][k] += x * w[k];
+            }
+        }
+    };
     if (ahead) {
 #pragma unroll
         for (int a = 0; a < QH_AHEAD; a++) {
@@ -146,28 +156,14 @@ sparse_mla_qh_kernel(float *qh, act_in q, weight_ref kv_b, bool w_vec, int64_t t
             if (i >= dk) break;
             float w[8];
             cuda_bf16x8_to_float(wraw[a], w);
-#pragma unroll
-            for (int m = 0; m < MLA_ROWS; m++) {
-                if (m < nt) {
-                    float x = q[((t0 + tl0 + m) * H + h) * dk + i];
-#pragma unroll
-                    for (int k = 0; k < 8; k++) acc[m][k] += x * w[k];
-                }
-            }
+            add_key_row(i, w);
         }
     } else if (c0 < R) {
 #pragma unroll 8
         for (int64_t i = g; i < dk; i += QH_GROUPS) {
             float w[8];
             weight_load8(kv_b, h * (dk + dv) + i, c0, R, w_vec, w);
-#pragma unroll
-            for (int m = 0; m < MLA_ROWS; m++) {
-                if (m < nt) {
-                    float x = q[((t0 + tl0 + m) * H + h) * dk + i];
-#pragma unroll
-                    for (int k = 0; k < 8; k++) acc[m][k] += x * w[k];
-                }
-            }
+            add_key_row(i, w);
         }
     }
 #pragma unroll

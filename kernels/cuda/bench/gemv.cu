@@ -47,14 +47,7 @@
 #include <cstring>
 #include <vector>
 
-#define CK(call)                                                                                    \
-    do {                                                                                            \
-        cudaError_t e_ = (call);                                                                    \
-        if (e_ != cudaSuccess) {                                                                    \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-            exit(1);                                                                                \
-        }                                                                                           \
-    } while (0)
+#include "kernels/cuda/bench/bench.cuh"
 
 /* ------------------------------------------------------------------------------------------------------------
  * CPU reference: y[m, n] = sum_k x[m, k] * w[n, k] in float64, w dequantised exactly; also sum |x * w| (the scale
@@ -555,37 +548,11 @@ static const version VERSIONS[] = {
     {"cublas", launch_cublas, false, true, nullptr},
 };
 
-static float median(std::vector<float> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-}
-
 /* Median time of one launch inside a graph of `reps` launches over rotating weight copies, microseconds. */
 static float time_graph(gpu_case &g, launch_fn fn, int M, int reps) {
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    CK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-    for (int r = 0; r < reps; r++) fn(g, r % g.copies, M);
-    CK(cudaStreamEndCapture(stream, &graph));
-    CK(cudaGraphInstantiate(&exec, graph, 0));
-    cudaEvent_t a, b;
-    CK(cudaEventCreate(&a));
-    CK(cudaEventCreate(&b));
-    std::vector<float> t;
-    for (int i = 0; i < 8; i++) {
-        CK(cudaEventRecord(a, stream));
-        CK(cudaGraphLaunch(exec, stream));
-        CK(cudaEventRecord(b, stream));
-        CK(cudaEventSynchronize(b));
-        float ms;
-        CK(cudaEventElapsedTime(&ms, a, b));
-        if (i) t.push_back(ms * 1000.0f / reps);   /* the first replay warms up */
-    }
-    CK(cudaGraphExecDestroy(exec));
-    CK(cudaGraphDestroy(graph));
-    CK(cudaEventDestroy(a));
-    CK(cudaEventDestroy(b));
-    return median(t);
+    return bench_graph_us(stream, reps, 8, [&] {
+        for (int r = 0; r < reps; r++) fn(g, r % g.copies, M);
+    });
 }
 
 int main(int argc, char **argv) {
@@ -619,7 +586,7 @@ int main(int argc, char **argv) {
         if (i) bw_t.push_back(ms);
     }
     CK(cudaFree(buf));
-    double read_bw = big / (median(bw_t) * 1e-3);   /* bytes / s */
+    double read_bw = big / (bench_median(bw_t) * 1e-3);   /* bytes / s */
     printf("# %s, %d SMs, shared memory opt-in %d KiB; streaming read of 1 GiB: %.0f GB/s\n", prop.name, n_sm,
            smem_optin / 1024, read_bw / 1e9);
     printf("%-16s %-5s %5s %5s %2s %-10s %9s %9s %8s %6s %9s %s\n", "shape", "dtype", "N", "K", "M", "version", "time_us",

@@ -13,21 +13,8 @@
  * (cuda_common.cuh, cuda_pdl_begin). The figure is the median replay time of a graph of CHAIN kernels / CHAIN
  * (first replay dropped). The reference point: a kernel with no work still costs what this table says.
  */
-#include <algorithm>
-#include <cstdio>
-#include <cstdlib>
-#include <vector>
-
 #include "kernels/cuda/cuda_common.cuh"
-
-#define CK(call)                                                                                         \
-    do {                                                                                                 \
-        cudaError_t e_ = (call);                                                                         \
-        if (e_ != cudaSuccess) {                                                                         \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));     \
-            exit(1);                                                                                     \
-        }                                                                                                \
-    } while (0)
+#include "kernels/cuda/bench/bench.cuh"
 
 enum { CHAIN = 200, REPLAYS = 12 };
 
@@ -42,50 +29,24 @@ __global__ void chain_kernel(uint4 *out, const uint4 *in, int words) {
     }
 }
 
-static float median(std::vector<float> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-}
-
 /* Microseconds per kernel of a replayed chain of CHAIN launches of `blocks` x `threads`, ping-ponging a and b. */
 static float time_chain(cudaStream_t stream, uint4 *a, uint4 *b, int blocks, int threads, int words, bool pdl) {
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    CK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-    for (int k = 0; k < CHAIN; k++) {
-        cudaLaunchConfig_t cfg = {};
-        cfg.gridDim = dim3(blocks);
-        cfg.blockDim = dim3(threads);
-        cfg.stream = stream;
-        cfg.attrs = attr;
-        cfg.numAttrs = pdl ? 1 : 0;
-        uint4 *out = k % 2 ? a : b;
-        const uint4 *in = k % 2 ? b : a;
-        CK(cudaLaunchKernelEx(&cfg, chain_kernel, out, in, words));
-    }
-    CK(cudaStreamEndCapture(stream, &graph));
-    CK(cudaGraphInstantiate(&exec, graph, 0));
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
-    std::vector<float> t;
-    for (int r = 0; r < REPLAYS; r++) {
-        CK(cudaEventRecord(e0, stream));
-        CK(cudaGraphLaunch(exec, stream));
-        CK(cudaEventRecord(e1, stream));
-        CK(cudaEventSynchronize(e1));
-        float ms;
-        CK(cudaEventElapsedTime(&ms, e0, e1));
-        if (r) t.push_back(ms * 1000.0f / CHAIN);
-    }
-    CK(cudaEventDestroy(e0));
-    CK(cudaEventDestroy(e1));
-    CK(cudaGraphExecDestroy(exec));
-    CK(cudaGraphDestroy(graph));
-    return median(t);
+    return bench_graph_us(stream, CHAIN, REPLAYS, [&] {
+        for (int k = 0; k < CHAIN; k++) {
+            cudaLaunchConfig_t cfg = {};
+            cfg.gridDim = dim3(blocks);
+            cfg.blockDim = dim3(threads);
+            cfg.stream = stream;
+            cfg.attrs = attr;
+            cfg.numAttrs = pdl ? 1 : 0;
+            uint4 *out = k % 2 ? a : b;
+            const uint4 *in = k % 2 ? b : a;
+            CK(cudaLaunchKernelEx(&cfg, chain_kernel, out, in, words));
+        }
+    });
 }
 
 int main(void) {
