@@ -11,7 +11,8 @@
 #   2. greedy token ids of the bundled model and its FP8 copy under every variant: must equal the baseline's;
 #   3. the flash slice (make_bench_model.py --layers flash --mtp, kept in /tmp/flash between calls on a warm
 #      machine): decode step at context 2048 for each variant at batch 1 (and batch 8 unless CORE), context 8192 for
-#      the last variant unless QUICK (profile_step: eager, graph replay and the per-kernel table into $OUT);
+#      the last variant unless QUICK (profile_step: eager, graph replay and the per-kernel table into $OUT, bundled
+#      with the prefill tables and bench_gemv.txt into $OUT/tables.tgz at the end: a call brings back few files);
 #   4. prefill of the flash slice (issue 17), the baseline and the last variant: 2048 tokens one-shot and in chunks
 #      of 512, 8192 one-shot and in chunks of 2048 and 512 (one-shot only for the baseline under QUICK), the
 #      per-kernel tables of the one-shot 8192 (2048 under CORE); PREFILL=0 skips it;
@@ -107,4 +108,9 @@ if [ "${GEMV:-1}" = 1 ]; then
   timeout 150 /tmp/hb/bench_gemv --quick > $o/bench_gemv.txt 2>&1; el "bench_gemv rc=$?"
   grep -E "^# |^shape| 1 (4 R2 U2|4 R1 U8|5 R|cublas)|FAIL|failed" $o/bench_gemv.txt | cut -c1-110 | head -110
 fi
-el "done"
+# A call brings back only a few files of $OUT: the per-variant profiles and tables go back as one tarball.
+if [ -n "${OUT:-}" ]; then
+  (cd "$OUT" && files=$(ls profile_*.txt prefill_*.txt bench_gemv.txt 2>/dev/null); [ -n "$files" ] &&
+     tar czf tables.tgz $files && rm -f $files graph_*.log make_flash.log)
+fi
+el "done (the profiles: tables.tgz in \$OUT)"
