@@ -133,7 +133,8 @@ sparse_mla_qh_kernel(float *qh, act_in q, weight_ref kv_b, bool w_vec, int64_t t
 #pragma unroll
         for (int a = 0; a < QH_AHEAD; a++) {
             const int64_t i = g + (int64_t)a * QH_GROUPS;
-            wraw[a] = i < dk ? *reinterpret_cast<const uint4 *>(wb + (h * (dk + dv) + i) * R + c0) : make_uint4(0, 0, 0, 0);
+            wraw[a] = i < dk ? *reinterpret_cast<const uint4 *>(wb + (h * (dk + dv) + i) * R + c0)
+                             : make_uint4(0, 0, 0, 0);
         }
     }
     cuda_pdl_wait();
