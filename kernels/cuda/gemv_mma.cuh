@@ -146,6 +146,17 @@ __device__ inline gemv_mma_lane_rows gemv_mma_rows_of(const weight_ref &w, int64
     return t;
 }
 
+/* The lane's 16 bytes of k-group kg of its row (CH elements from column kg * GROUP + CH q), and the FP8 block scale
+ * of that group: what a step reads, whether into registers (gemv_mma_load) or elsewhere (the bench's rings). */
+template <bool FP8>
+__device__ inline const uint8_t *gemv_mma_piece(const gemv_mma_lane_rows &t, int64_t kg, int q) {
+    constexpr int CH = FP8 ? 16 : 8, GROUP = 4 * CH;
+    return t.row + (kg * GROUP + CH * q) * (FP8 ? 1 : 2);
+}
+__device__ inline const float *gemv_mma_scale_of(const gemv_mma_lane_rows &t, int64_t kg) {
+    return t.scale_row + kg * 64 / t.block_cols;   /* FP8 groups are 64 columns */
+}
+
 /* One step's weights in registers: U k-groups of R n-tiles (16 bytes a lane each) and their FP8 block scales. */
 template <bool FP8, int R, int U>
 struct gemv_mma_step {
@@ -158,18 +169,14 @@ struct gemv_mma_step {
 template <bool FP8, int R, int U>
 __device__ inline void gemv_mma_load(gemv_mma_step<FP8, R, U> &s, const gemv_mma_lane_rows (&t)[R], int kg0,
                                      int groups, int kg_base, int q) {
-    constexpr int CH = FP8 ? 16 : 8, GROUP = 4 * CH;
 #pragma unroll
     for (int u = 0; u < U; u++) {
         const int kg = kg0 + GEMV_MMA_WARPS * u;
 #pragma unroll
         for (int r = 0; r < R; r++) {
-            const size_t col = (size_t)(kg_base + kg) * GROUP + CH * q;
-            s.w[u][r] = kg < groups && t[r].row ? gemv_mma_load_stream(t[r].row + col * (FP8 ? 1 : 2))
+            s.w[u][r] = kg < groups && t[r].row ? gemv_mma_load_stream(gemv_mma_piece<FP8>(t[r], kg_base + kg, q))
                                                 : make_uint4(0, 0, 0, 0);
-            s.scale[u][r] = FP8 && t[r].scale_row && kg < groups
-                                ? t[r].scale_row[(int64_t)(kg_base + kg) * GROUP / t[r].block_cols]
-                                : 1.0f;
+            s.scale[u][r] = FP8 && t[r].scale_row && kg < groups ? *gemv_mma_scale_of(t[r], kg_base + kg) : 1.0f;
         }
     }
 }

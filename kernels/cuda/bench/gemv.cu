@@ -358,19 +358,17 @@ struct v6_ring {
      * past the groups or the weight's rows, scale 1 without a block scale). */
     __device__ void load(int slot, const gemv_mma_lane_rows (&t)[R], int kg0, int groups, int q,
                          const void *any_global) const {
-        constexpr int CH = FP8 ? 16 : 8, GROUP = 4 * CH;
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int kg = kg0 + GEMV_MMA_WARPS * u;
 #pragma unroll
             for (int r = 0; r < R; r++) {
-                const size_t col = (size_t)kg * GROUP + CH * q;
                 const bool real = kg < groups && t[r].row;
-                v6_cp_async16(&w[at(slot, u, r)], real ? (const void *)(t[r].row + col * (FP8 ? 1 : 2)) : any_global,
+                v6_cp_async16(&w[at(slot, u, r)], real ? (const void *)gemv_mma_piece<FP8>(t[r], kg, q) : any_global,
                               real ? 16 : 0);
                 if (FP8) {
                     if (t[r].scale_row && kg < groups)
-                        v6_cp_async4(&scale[at(slot, u, r)], t[r].scale_row + (int64_t)kg * GROUP / t[r].block_cols);
+                        v6_cp_async4(&scale[at(slot, u, r)], gemv_mma_scale_of(t[r], kg));
                     else
                         scale[at(slot, u, r)] = 1.0f;
                 }
