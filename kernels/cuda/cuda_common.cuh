@@ -291,6 +291,13 @@ struct weight_ref {
         }
         }
     }
+    /* Asks L2 for the line holding element (row, col), nothing returned: what a kernel may do with weights before
+     * cuda_pdl_wait, so that its loads after the wait hit L2. */
+    __device__ void prefetch_l2(int64_t row, int64_t col) const {
+        const int64_t i = row * cols + col;
+        const char *p = (const char *)data + (dtype == GLM53_F32 ? 4 * i : dtype == GLM53_F8_E4M3 ? i : 2 * i);
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+    }
 };
 
 /* Host-side constructors; they assert what the op contracts promise (contiguous, on this device). */
