@@ -106,7 +106,7 @@ if [ "${PREFILL:-1}" = 1 ]; then
 fi
 if [ "${GEMV:-1}" = 1 ]; then
   timeout 150 /tmp/hb/bench_gemv --quick > $o/bench_gemv.txt 2>&1; el "bench_gemv rc=$?"
-  grep -E "^# |^shape| 1 (4 R2 U2|4 R1 U8|5 R|cublas)|FAIL|failed" $o/bench_gemv.txt | cut -c1-110 | head -110
+  grep -E "^# |^shape| 1 (4 R2 U2|4 R1 U8|5 R|6 R|7 R|cublas)|FAIL|failed" $o/bench_gemv.txt | cut -c1-110 | head -110
 fi
 # A call brings back only a few files of $OUT: the per-variant profiles and tables go back as one tarball.
 if [ -n "${OUT:-}" ]; then
