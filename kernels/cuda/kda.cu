@@ -2,36 +2,36 @@
  * kda.cu - Kimi delta attention (docs/architecture.md section 3) on the CUDA backend: the depthwise causal conv1d
  * over q, k, v, the per-channel forget gate and the token-by-token delta-rule recurrence with an F32 state.
  *
- * kda_recurrent runs one block per head for the whole sequence. The head's state S[dk, dv] (64 KiB at 128 x 128)
- * lives in shared memory for all T rows; it is read from the ring slot of the sequence's length and written to
- * the slots of the lengths the ring keeps (slot numbers are device data, so a captured step can be replayed).
- * Thread j owns column j
- * of S: every per-token step (decay, S^T k, the rank-1 update, S^T q) touches only that column, so the only
- * barriers are the two around loading each token's k, q and decay vectors, and each sum runs over i = 0..dk-1
- * in the CPU backend's order. Consecutive threads hold consecutive columns, so shared-memory accesses are
- * conflict-free and snapshot writes are coalesced.
+ * kda_recurrent's kernel, the column-split form: a block holds 32 columns of one head's state S[dk, dv] (H x dv / 32
+ * blocks: 256 at 64 heads of 128 x 128), four lanes per column each holding a quarter of the column (dk / 4
+ * floats) in registers, so the state is never re-read from memory between tokens; a column's sums are the four
+ * quarters' sums added by two shuffles. The token rows (k, q, exp(g), beta, the block's v values, the ring slots)
+ * come through shared memory 8 rows at a time, two stages: the next stage's loads are issued before the current
+ * stage's arithmetic and stored after it, so their latency hides behind 8 rows of arithmetic, and the rows of a
+ * stage need no barrier. The state is read from the ring slot of the sequence's length and written to the slots of
+ * the lengths the ring keeps (slot numbers are device data, so a captured step can be replayed).
+ * A row's arithmetic is the same whatever T and wherever the stages cut, so one call over T rows gives the bits of
+ * T one-row calls: a verification chunk gives a decode step's bits (exact greedy speculative decoding), and a
+ * prompt gives the same state whether it is prefilled at once or in chunks.
  *
- * Decode and speculative verification (T <= KDA_FEW_ROWS, dk a multiple of 4 up to 128) take
- * kda_recurrent_few_kernel instead: the one-block-per-head kernel keeps 64 blocks of 4 warps busy for 63 us a call
- * at 64 x 128 x 128 on the H100 (each thread walks its 128-float column serially: few loads in flight), against
- * 50 MB of state traffic per step that the bytes alone would move in 3 us. There a block holds 32 columns of one
- * head, four lanes per column each holding a quarter of the column (dk / 4 floats) in registers, so the state
- * is read with dk / 4 independent loads per thread and H * dv / 32 blocks share the work; the column's sums are
- * the four quarters' sums added by two shuffles. Its arithmetic per token is the same whatever T, so a row gives
- * the same bits in a verification chunk as in a one-row decode step (exact greedy speculative decoding); longer
- * prefills keep the sequential-sum kernel (the two kernels' roundings differ, within F32 of each other).
+ * The form before it, kept for heads the column split does not take (dk not a multiple of 4, or past 128):
+ * kda_recurrent_kernel, one block per head for the whole sequence, the state in shared memory, thread j owning
+ * column j and summing over i = 0..dk-1 in the CPU backend's order. It was the prefill kernel until 2026-12-07,
+ * measured at 54 ms a layer for 8,192 tokens at 64 x 128 x 128 on the H100: about 13,000 cycles a token, which is
+ * what each thread walking its column in shared memory twice a token costs when every load waits for the store
+ * before it (S and the staged rows share one array, so the compiler cannot reorder them); the column split's
+ * arithmetic is a few hundred cycles a token.
  *
  * kda_sequences (the fused per-sequence part of a KDA layer, OPTIONAL in the op table) runs what kda_forward's
  * op-by-op loop runs for every sequence of the batch in two launches, whatever the number of sequences (up to 64
  * a launch): kda_conv_prep_kernel (the conv over each sequence's history and new rows, SiLU, the per-head L2
  * norms of q and k, and the ring update; a block per (sequence, head, q|k|v, 16 rows)) into scratch, then the
- * recurrence kernels above over every sequence at once (grid.z = sequence; sequences longer than the few-rows
- * limit take a third launch, the sequential kernel). Its contract is the chain's bits: each element gets the
- * chain's operations in the chain's order through the same device functions (conv_causal_sum, cuda_silu,
+ * recurrence kernel above over every sequence at once (grid.z = sequence). Its contract is the chain's bits: each
+ * element gets the chain's operations in the chain's order through the same device functions (conv_causal_sum, cuda_silu,
  * cuda_block_sum and the l2norm helpers, the recurrence kernels themselves), and every value the chain would
  * have stored in an activation tensor is rounded to that dtype at the same point (cuda_act_round).
  *
- * This is the plain sequential form; the chunked (WY) form for long prefills is the performance issue's.
+ * Both are token-by-token forms; the chunked (WY) form on tensor cores is the prefill issue's next step.
  */
 #include "kernels/cuda/cuda_common.cuh"
 
@@ -152,67 +152,157 @@ __global__ void kda_recurrent_kernel(act_out o, act_in q, act_in k, act_in v, co
     }
 }
 
-enum { KDA_FEW_ROWS = 16, KDA_FEW_COLS = 32, KDA_FEW_SPLIT = 4, KDA_FEW_MAX_QUARTER = 32 };
+enum {
+    KDA_COLS = 32,          /* state columns a block of the column-split kernel holds */
+    KDA_SPLIT = 4,          /* lanes per column, each with a quarter of its rows in registers */
+    KDA_MAX_QUARTER = 32,   /* rows a lane holds: dk up to 128 */
+    KDA_STAGE_ROWS = 8,     /* token rows staged in shared memory at a time */
+    KDA_COLUMN_THREADS = KDA_COLS * KDA_SPLIT,
+    KDA_STAGE_KQG = 3 * KDA_STAGE_ROWS,   /* k, q and g values of a stage per thread: element tid of each row */
+    KDA_STAGE_V = KDA_STAGE_ROWS * KDA_COLS / KDA_COLUMN_THREADS,   /* v values of a stage per thread */
+};
+static_assert(KDA_STAGE_ROWS <= KDA_COLUMN_THREADS && KDA_SPLIT * KDA_MAX_QUARTER <= KDA_COLUMN_THREADS,
+              "a thread per staged row loads its beta and slot, a thread per element i < dk its k, q and g");
 
-/* The few-rows form (see the top of the file). grid (H, ceil(dv / 32), sequences), 128 threads: thread t holds
- * column blockIdx.y * 32 + t / 4 (columns past dv compute on zeros and store nothing) and rows quarter * dk/4 ..
- * (quarter + 1) * dk/4 of it, quarter = t % 4. Same tensors as kda_recurrent_kernel; shared memory: k, q, decay
- * [dk] each. A row's arithmetic depends neither on T nor on the other sequences of the launch. */
-__global__ void __launch_bounds__(KDA_FEW_COLS * KDA_FEW_SPLIT)
-kda_recurrent_few_kernel(act_out o, act_in q, act_in k, act_in v, const float *g, const float *beta,
-                         const __grid_constant__ kda_rec_table seqs, int64_t H, int64_t dk, int64_t dv) {
+/* One stage in shared memory, floats: k, q and decay = exp(g) [KDA_STAGE_ROWS][dkp] each, dkp = dk + KDA_SPLIT (a
+ * pad float after each quarter, so that the four quarters' lanes, which read rows i0 + r at once, read four banks
+ * rather than one); v of the block's columns [KDA_STAGE_ROWS][KDA_COLS]; beta and the ring slot [KDA_STAGE_ROWS]
+ * each. Two stages: one is computed while the next is filled. */
+__host__ __device__ inline int64_t kda_stage_floats(int64_t dk) {
+    return 3 * KDA_STAGE_ROWS * (dk + KDA_SPLIT) + KDA_STAGE_ROWS * KDA_COLS + 2 * KDA_STAGE_ROWS;
+}
+
+/* What a thread loads from global memory for a stage: issued before the current stage is computed, written to
+ * shared memory after it, so the loads' latency hides behind KDA_STAGE_ROWS rows of arithmetic. */
+struct kda_stage_regs {
+    float   kqg[KDA_STAGE_KQG];   /* [k | q | g][row], element tid */
+    float   v[KDA_STAGE_V];       /* element tid + KDA_COLUMN_THREADS * n of v [row][column] */
+    float   beta;                 /* thread t < rows: row t's */
+    int32_t slot;
+};
+
+/* The column-split recurrence (see the top of the file). grid (H, ceil(dv / 32), sequences), KDA_COLUMN_THREADS
+ * threads: thread t holds column blockIdx.y * 32 + t / 4 (columns past dv compute on zeros and store nothing) and
+ * rows quarter * dk/4 .. (quarter + 1) * dk/4 of it, quarter = t % 4. Same tensors as kda_recurrent_kernel. The
+ * token rows go through shared memory KDA_STAGE_ROWS at a time, two stages (kda_stage_floats each). A row's
+ * arithmetic depends neither on T, nor on where the stages cut, nor on the other sequences of the launch. */
+__global__ void __launch_bounds__(KDA_COLUMN_THREADS)
+kda_recurrent_columns_kernel(act_out o, act_in q, act_in k, act_in v, const float *g, const float *beta,
+                             const __grid_constant__ kda_rec_table seqs, int64_t H, int64_t dk, int64_t dv) {
     cuda_pdl_begin();
-    extern __shared__ float few_smem[];
-    __shared__ float beta_t;
+    extern __shared__ float column_smem[];
     const kda_rec_seq &sq = seqs.seq[blockIdx.z];
-    float *k_t = few_smem, *q_t = k_t + dk, *decay = q_t + dk;
-    const int64_t h = blockIdx.x, col = (int64_t)blockIdx.y * KDA_FEW_COLS + threadIdx.x / KDA_FEW_SPLIT;
-    const int quarter = threadIdx.x % KDA_FEW_SPLIT, rows = (int)(dk / KDA_FEW_SPLIT), i0 = quarter * rows;
+    const int tid = threadIdx.x;
+    const int64_t h = blockIdx.x, col0 = (int64_t)blockIdx.y * KDA_COLS, col = col0 + tid / KDA_SPLIT;
+    const int quarter = tid % KDA_SPLIT, rows = (int)(dk / KDA_SPLIT), i0 = quarter * rows;
     const bool owns = col < dv;
-    const int64_t slot_size = H * dk * dv, head = h * dk * dv;
+    const int64_t slot_size = H * dk * dv, head = h * dk * dv, dkp = dk + KDA_SPLIT;
+    const int64_t stage_floats = kda_stage_floats(dk);
 
-    float s[KDA_FEW_MAX_QUARTER];   /* S[i0 + r, col] */
+    /* stage layout (kda_stage_floats): the offsets within one stage */
+    const int64_t at_k = 0, at_q = KDA_STAGE_ROWS * dkp, at_decay = 2 * KDA_STAGE_ROWS * dkp;
+    const int64_t at_v = 3 * KDA_STAGE_ROWS * dkp, at_beta = at_v + KDA_STAGE_ROWS * KDA_COLS;
+    const int64_t at_slot = at_beta + KDA_STAGE_ROWS;
+
+    /* Rows t0 .. t0 + nt of the sequence into registers (loads issued, not waited for): thread i < dk takes element
+     * i of every staged row of k, q and g (n = part * KDA_STAGE_ROWS + row), and two of the rows' v values. */
+    const bool loads_kqg = tid < dk;
+    const auto load = [&](kda_stage_regs &r, int64_t t0, int nt) {
+#pragma unroll
+        for (int n = 0; n < KDA_STAGE_KQG; n++) {
+            const int part = n / KDA_STAGE_ROWS, tt = n % KDA_STAGE_ROWS;
+            const int64_t at = ((sq.row0 + t0 + tt) * H + h) * dk + tid;
+            r.kqg[n] = !loads_kqg || tt >= nt ? 0.0f : part == 0 ? k[at] : part == 1 ? q[at] : g[at];
+        }
+#pragma unroll
+        for (int n = 0; n < KDA_STAGE_V; n++) {
+            const int e = tid + KDA_COLUMN_THREADS * n, tt = e / KDA_COLS;
+            const int64_t c = col0 + e % KDA_COLS;
+            r.v[n] = tt < nt && c < dv ? v[((sq.row0 + t0 + tt) * H + h) * dv + c] : 0.0f;
+        }
+        if (tid < nt) {
+            r.beta = beta[(sq.row0 + t0 + tid) * H + h];
+            r.slot = sq.slots[1 + t0 + tid];
+        }
+    };
+    /* ... and from registers into a stage: decay = exp(g); element i of a row at i + i / rows (the quarters' pads) */
+    const int padded = tid + (rows > 0 ? tid / rows : 0);
+    const auto store = [&](float *stage, const kda_stage_regs &r, int nt) {
+#pragma unroll
+        for (int n = 0; n < KDA_STAGE_KQG; n++) {
+            const int part = n / KDA_STAGE_ROWS, tt = n % KDA_STAGE_ROWS;
+            if (loads_kqg && tt < nt) stage[part * KDA_STAGE_ROWS * dkp + tt * dkp + padded] =
+                part == 2 ? expf(r.kqg[n]) : r.kqg[n];
+        }
+#pragma unroll
+        for (int n = 0; n < KDA_STAGE_V; n++) stage[at_v + tid + KDA_COLUMN_THREADS * n] = r.v[n];
+        if (tid < nt) {
+            stage[at_beta + tid] = r.beta;
+            ((int32_t *)stage)[at_slot + tid] = r.slot;
+        }
+    };
+
+    float s[KDA_MAX_QUARTER];   /* S[i0 + r, col] */
     const float *state_in = sq.states + (int64_t)sq.slots[0] * slot_size + head;
 #pragma unroll
-    for (int r = 0; r < KDA_FEW_MAX_QUARTER; r++) s[r] = owns && r < rows ? state_in[(i0 + r) * dv + col] : 0.0f;
+    for (int r = 0; r < KDA_MAX_QUARTER; r++) s[r] = owns && r < rows ? state_in[(i0 + r) * dv + col] : 0.0f;
 
-    for (int64_t t = 0; t < sq.T; t++) {
-        const int64_t row = sq.row0 + t;
-        __syncthreads();   /* the previous token's reads of k_t, q_t, decay, beta_t are done */
-        kda_stage_token(k_t, q_t, decay, &beta_t, q, k, g, beta, row, H, h, dk);
-        __syncthreads();
+    kda_stage_regs next;
+    if (sq.T > 0) {
+        const int nt = (int)(sq.T < KDA_STAGE_ROWS ? sq.T : KDA_STAGE_ROWS);
+        load(next, 0, nt);
+        store(column_smem, next, nt);
+    }
+    __syncthreads();
+    int stage_no = 0;
+    for (int64_t t0 = 0; t0 < sq.T; t0 += KDA_STAGE_ROWS, stage_no ^= 1) {
+        const int nt = (int)(sq.T - t0 < KDA_STAGE_ROWS ? sq.T - t0 : KDA_STAGE_ROWS);
+        const int64_t t1 = t0 + KDA_STAGE_ROWS;
+        const int n_next = (int)(sq.T - t1 < KDA_STAGE_ROWS ? sq.T - t1 : KDA_STAGE_ROWS);
+        if (n_next > 0) load(next, t1, n_next);
+        const float *stage = column_smem + stage_no * stage_floats;
+        for (int tt = 0; tt < nt; tt++) {
+            const int64_t row = sq.row0 + t0 + tt;
+            const float *k_t = stage + at_k + tt * dkp + quarter * (rows + 1);   /* this lane's quarter */
+            const float *q_t = stage + at_q + tt * dkp + quarter * (rows + 1);
+            const float *decay = stage + at_decay + tt * dkp + quarter * (rows + 1);
 
-        /* S <- S * exp(g) by rows; u = beta (v - S^T k): the quarter's sum, then the four added by shuffles
-         * (lanes 4c .. 4c+3 hold column c; both orders of an addition give the same bits, so all four agree) */
-        float mem = 0.0f;
+            /* S <- S * exp(g) by rows; u = beta (v - S^T k): the quarter's sum, then the four added by shuffles
+             * (lanes 4c .. 4c+3 hold column c; both orders of an addition give the same bits, so all four
+             * agree). Every rounding is spelled out: the bits must not depend on how the compiler contracts. */
+            float mem = 0.0f;
 #pragma unroll
-        for (int r = 0; r < KDA_FEW_MAX_QUARTER; r++)
-            if (r < rows) {
-                s[r] *= decay[i0 + r];
-                mem += s[r] * k_t[i0 + r];
+            for (int r = 0; r < KDA_MAX_QUARTER; r++)
+                if (r < rows) {
+                    s[r] = __fmul_rn(s[r], decay[r]);
+                    mem = __fmaf_rn(s[r], k_t[r], mem);
+                }
+            mem = __fadd_rn(mem, __shfl_xor_sync(0xffffffffu, mem, 1));
+            mem = __fadd_rn(mem, __shfl_xor_sync(0xffffffffu, mem, 2));
+            const float u = __fmul_rn(stage[at_beta + tt], __fsub_rn(stage[at_v + tt * KDA_COLS + tid / KDA_SPLIT], mem));
+            /* S <- S + k u^T; o = S^T q */
+            float out = 0.0f;
+#pragma unroll
+            for (int r = 0; r < KDA_MAX_QUARTER; r++)
+                if (r < rows) {
+                    s[r] = __fmaf_rn(k_t[r], u, s[r]);
+                    out = __fmaf_rn(s[r], q_t[r], out);
+                }
+            out = __fadd_rn(out, __shfl_xor_sync(0xffffffffu, out, 1));
+            out = __fadd_rn(out, __shfl_xor_sync(0xffffffffu, out, 2));
+            if (owns && quarter == 0) o.store((row * H + h) * dv + col, out);
+            /* each thread writes only its own part of its column, which it alone reads */
+            const int32_t slot = ((const int32_t *)stage)[at_slot + tt];
+            if (owns && slot >= 0) {
+                float *snap = sq.states + (int64_t)slot * slot_size + head;
+#pragma unroll
+                for (int r = 0; r < KDA_MAX_QUARTER; r++)
+                    if (r < rows) snap[(i0 + r) * dv + col] = s[r];
             }
-        mem += __shfl_xor_sync(0xffffffffu, mem, 1);
-        mem += __shfl_xor_sync(0xffffffffu, mem, 2);
-        const float u = beta_t * ((owns ? v[(row * H + h) * dv + col] : 0.0f) - mem);
-        /* S <- S + k u^T; o = S^T q */
-        float out = 0.0f;
-#pragma unroll
-        for (int r = 0; r < KDA_FEW_MAX_QUARTER; r++)
-            if (r < rows) {
-                s[r] += k_t[i0 + r] * u;
-                out += s[r] * q_t[i0 + r];
-            }
-        out += __shfl_xor_sync(0xffffffffu, out, 1);
-        out += __shfl_xor_sync(0xffffffffu, out, 2);
-        if (owns && quarter == 0) o.store((row * H + h) * dv + col, out);
-        /* each thread writes only its own part of its column, which it alone reads */
-        const int32_t slot = sq.slots[1 + t];
-        if (owns && slot >= 0) {
-            float *snap = sq.states + (int64_t)slot * slot_size + head;
-#pragma unroll
-            for (int r = 0; r < KDA_FEW_MAX_QUARTER; r++)
-                if (r < rows) snap[(i0 + r) * dv + col] = s[r];
         }
+        /* The other stage was last read before the previous barrier: fill it, then one barrier for both. */
+        if (n_next > 0) store(column_smem + (stage_no ^ 1) * stage_floats, next, n_next);
+        __syncthreads();
     }
 }
 
@@ -344,26 +434,27 @@ glm53_status cuda_kda_gate(glm53_backend *be, glm53_tensor *g, const glm53_tenso
     return GLM53_OK;
 }
 
-/* Whether a sequence of T rows takes the few-rows recurrence kernel (decode, verification) rather than the
- * sequential one. kda_recurrent and kda_sequences both decide here, so a row gets the same kernel, and the same
- * bits, from either. */
-static bool kda_few_rows(int64_t T, int64_t dk) {
-    return T <= KDA_FEW_ROWS && dk % KDA_FEW_SPLIT == 0 && dk / KDA_FEW_SPLIT <= KDA_FEW_MAX_QUARTER;
+/* Whether the recurrence of heads of width dk takes the column-split kernel (dk a multiple of 4, at most 128: every
+ * model's) rather than the sequential one. kda_recurrent and kda_sequences both decide here, so a row gets the same
+ * kernel, and the same bits, from either. */
+static bool kda_column_split(int64_t dk) {
+    return dk % KDA_SPLIT == 0 && dk / KDA_SPLIT <= KDA_MAX_QUARTER;
 }
 
 /* Dynamic shared memory of kda_recurrent_kernel: the state S [dk, dv], then k, q and the decay [dk] each. */
 static size_t kda_sequential_smem(int64_t dk, int64_t dv) { return (size_t)(dk * dv + 3 * dk) * sizeof(float); }
 
-/* The recurrence of the first n sequences of `seqs`, all of one kind (few: the few-rows kernel, else the
- * sequential one), in one launch labelled `what`. q, k [N,H,dk], v [N,H,dv] activations, g [N,H,dk] and
- * beta [N,H] F32, o [N,H,dv]. */
-static glm53_status kda_recurrent_launch(cuda_backend *cb, bool few, act_out o, act_in q, act_in k, act_in v,
-                                         const float *g, const float *beta, const kda_rec_table &seqs, int n,
-                                         int64_t H, int64_t dk, int64_t dv, const char *what) {
-    if (few) {
-        const dim3 grid((unsigned)H, (unsigned)((dv + KDA_FEW_COLS - 1) / KDA_FEW_COLS), (unsigned)n);
-        CUDA_TRY(cuda_launch(cb, kda_recurrent_few_kernel, grid, KDA_FEW_COLS * KDA_FEW_SPLIT,
-                             (size_t)(3 * dk) * sizeof(float), cb->pdl, o, q, k, v, g, beta, seqs, H, dk, dv));
+/* The recurrence of the first n sequences of `seqs` in one launch labelled `what`: the column-split kernel where
+ * kda_column_split(dk), else the sequential one. q, k [N,H,dk], v [N,H,dv] activations, g [N,H,dk] and beta [N,H]
+ * F32, o [N,H,dv]. */
+static glm53_status kda_recurrent_launch(cuda_backend *cb, act_out o, act_in q, act_in k, act_in v, const float *g,
+                                         const float *beta, const kda_rec_table &seqs, int n, int64_t H, int64_t dk,
+                                         int64_t dv, const char *what) {
+    if (kda_column_split(dk)) {
+        const dim3 grid((unsigned)H, (unsigned)((dv + KDA_COLS - 1) / KDA_COLS), (unsigned)n);
+        CUDA_TRY(cuda_launch(cb, kda_recurrent_columns_kernel, grid, KDA_COLUMN_THREADS,
+                             2 * (size_t)kda_stage_floats(dk) * sizeof(float), cb->pdl, o, q, k, v, g, beta, seqs, H,
+                             dk, dv));
     } else {
         const size_t smem = kda_sequential_smem(dk, dv);
         GLM53_TRY(cuda_smem_optin(cb, (const void *)kda_recurrent_kernel, smem, what));
@@ -394,10 +485,9 @@ glm53_status cuda_kda_recurrent(glm53_backend *be, glm53_tensor *o, const glm53_
     if (H == 0) return GLM53_OK;
     kda_rec_table seqs = {};   /* one sequence: the tensors' rows [0, T) */
     seqs.seq[0] = kda_rec_seq{0, T, (float *)states->data, (const int32_t *)slots->data};
-    const bool few = kda_few_rows(T, dk);
-    return kda_recurrent_launch(cb, few, cuda_act_out(o), cuda_act_in(q), cuda_act_in(k), cuda_act_in(v),
+    return kda_recurrent_launch(cb, cuda_act_out(o), cuda_act_in(q), cuda_act_in(k), cuda_act_in(v),
                                 (const float *)g->data, (const float *)beta->data, seqs, 1, H, dk, dv,
-                                few ? "kda_recurrent (few rows)" : "kda_recurrent");
+                                "kda_recurrent");
 }
 
 /* Both tables go by value as kernel parameters: within the classic 4 KiB a launch, whatever the toolkit. */
@@ -406,7 +496,7 @@ static_assert(sizeof(kda_rec_table) + 256 <= 4096, "kda_sequences' recurrence la
 
 /* The per-sequence part of a KDA layer for the whole batch (backend.h): per KDA_SEQS_PER_LAUNCH sequences, the conv
  * launch into scratch q, k, v [N, C_j] (raw's dtype, the chain's intermediate tensors), then the recurrence from
- * them: one launch for the sequences of up to KDA_FEW_ROWS rows, one for the longer ones. Every refusal
+ * them, one launch for every sequence whatever its length. Every refusal
  * (GLM53_ERR_UNSUPPORTED: head widths past 256, a conv kernel past 16, a weight dtype, a state too large for shared
  * memory) comes before anything is enqueued, so the caller can run the op-by-op chain instead. */
 glm53_status cuda_kda_sequences(glm53_backend *be, glm53_tensor *o, const glm53_tensor *const raw[3],
@@ -429,7 +519,6 @@ glm53_status cuda_kda_sequences(glm53_backend *be, glm53_tensor *o, const glm53_
     kda_conv_args args = {};
     for (int j = 0; j < 3; j++) GLM53_TRY(cuda_weight_ref(w[j], &args.w[j], "kda_sequences"));
 
-    bool any_long = false;
     for (int32_t i = 0; i < n_seqs; i++) {
         const glm53_kda_seq *s = &seqs[i];
         assert(s->row0 >= 0 && s->n_rows >= 0 && s->row0 + s->n_rows <= N);
@@ -446,11 +535,10 @@ glm53_status cuda_kda_sequences(glm53_backend *be, glm53_tensor *o, const glm53_
                s->states->shape[2] == dk && s->states->shape[3] == dv);
         assert(s->slots->dtype == GLM53_I32 && s->slots->device == GLM53_DEVICE_CUDA &&
                glm53_tensor_numel(s->slots) == s->n_rows + 1);
-        any_long = any_long || (s->n_rows > 0 && !kda_few_rows(s->n_rows, dk));
     }
     GLM53_TRY(cuda_enter(cb));
     /* Before the first launch: a device that cannot hold the state in shared memory refuses with nothing done. */
-    if (any_long)
+    if (!kda_column_split(dk))
         GLM53_TRY(cuda_smem_optin(cb, (const void *)kda_recurrent_kernel, kda_sequential_smem(dk, dv),
                                   "kda_sequences"));
     if (N == 0 || n_seqs == 0) return GLM53_OK;
@@ -476,8 +564,8 @@ glm53_status cuda_kda_sequences(glm53_backend *be, glm53_tensor *o, const glm53_
     for (int32_t first = 0; first < n_seqs; first += KDA_SEQS_PER_LAUNCH) {
         const int32_t end = n_seqs - first < KDA_SEQS_PER_LAUNCH ? n_seqs : first + KDA_SEQS_PER_LAUNCH;
         kda_conv_table conv = {};
-        kda_rec_table few = {}, longer = {};
-        int n_conv = 0, n_few = 0, n_long = 0;
+        kda_rec_table rec = {};
+        int n_conv = 0;
         int64_t max_rows = 0;
         for (int32_t i = first; i < end; i++) {
             const glm53_kda_seq *s = &seqs[i];
@@ -488,21 +576,15 @@ glm53_status cuda_kda_sequences(glm53_backend *be, glm53_tensor *o, const glm53_
             c.hist = s->n_hist > 0 ? (const int32_t *)s->conv_hist->data : nullptr;
             c.write = s->n_write > 0 ? (const int32_t *)s->conv_write->data : nullptr;
             for (int j = 0; j < 3; j++) c.ring[j] = s->conv[j]->data;
-            const kda_rec_seq r = {s->row0, s->n_rows, (float *)s->states->data, (const int32_t *)s->slots->data};
-            if (kda_few_rows(s->n_rows, dk)) few.seq[n_few++] = r;
-            else longer.seq[n_long++] = r;
+            rec.seq[n_conv - 1] = kda_rec_seq{s->row0, s->n_rows, (float *)s->states->data, (const int32_t *)s->slots->data};
             max_rows = s->n_rows > max_rows ? s->n_rows : max_rows;
         }
         if (n_conv == 0) continue;
         const dim3 grid((unsigned)(3 * H), (unsigned)((max_rows + KDA_CONV_ROWS - 1) / KDA_CONV_ROWS), (unsigned)n_conv);
         CUDA_TRY(cuda_launch(cb, kda_conv_prep_kernel, grid, conv_threads, 0, cb->pdl, args, conv));
         CUDA_LAUNCHED("kda_sequences (conv)");
-        if (n_few > 0)
-            GLM53_TRY(kda_recurrent_launch(cb, true, o_out, q_in, k_in, v_in, g_in, beta_in, few, n_few, H, dk, dv,
-                                           "kda_sequences (recurrent, few rows)"));
-        if (n_long > 0)
-            GLM53_TRY(kda_recurrent_launch(cb, false, o_out, q_in, k_in, v_in, g_in, beta_in, longer, n_long, H, dk,
-                                           dv, "kda_sequences (recurrent)"));
+        GLM53_TRY(kda_recurrent_launch(cb, o_out, q_in, k_in, v_in, g_in, beta_in, rec, n_conv, H, dk, dv,
+                                       "kda_sequences (recurrent)"));
     }
     return GLM53_OK;
 }

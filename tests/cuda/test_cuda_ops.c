@@ -1150,7 +1150,7 @@ static void check_kda_recurrent(int64_t H, int64_t dk, int64_t dv, int64_t T, in
                 (long long)dv, (long long)T, snap_every ? (snap_last_is_state ? " snaps(last=state)" : " snaps") : "");
     tpair q = {0}, k = {0}, v = {0}, g = {0}, beta = {0}, o = {0}, states = {0}, slots = {0};
     NEED(kda_recurrent);
-    assert(T <= 80);
+    assert(T <= 512);   /* a prefill's stages; the CPU reference's time grows with T */
     int64_t rows = T * H;
     /* q, k L2-normalised per head (q also scaled by dk^-1/2), as the model feeds them */
     float *qv = randn(rows * dk, 1.0f, false), *kv = randn(rows * dk, 1.0f, false);
@@ -1781,9 +1781,12 @@ static void group_kda(void) {
         check_kda_recurrent(2, 33, 20, 5, dt, 2, false);
     }
     check_kda_recurrent(64, 128, 128, 3, BF16, 0, false);
-    check_kda_recurrent(64, 128, 128, 16, F32, 4, false);   /* the few-rows kernel at its row limit */
-    check_kda_recurrent(64, 128, 128, 17, F32, 4, false);   /* the sequential kernel just past it */
+    check_kda_recurrent(64, 128, 128, 16, F32, 4, false);   /* two full stages of 8 rows */
+    check_kda_recurrent(64, 128, 128, 17, F32, 4, false);   /* a stage of one row after them */
+    check_kda_recurrent(64, 128, 128, 300, BF16, 37, false);   /* a prefill: 38 stages, snapshots inside stages */
+    check_kda_recurrent(3, 20, 40, 29, F32, 5, false);      /* dk 20: quarters of 5 rows; dv 40: a part-empty block */
     check_kda_rows_invariant(64, 128, 128, 5, BF16);
+    check_kda_rows_invariant(64, 128, 128, 41, F32);        /* past several stages: a prefill gives decode's bits */
     check_kda_rows_invariant(4, 16, 16, 7, F32);
     check_kda_recurrent(64, 128, 128, 3, F32, 1, false);
     for (int dt = F32; dt <= BF16; dt++) {

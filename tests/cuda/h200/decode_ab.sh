@@ -13,7 +13,8 @@
 #      machine): decode step at context 2048 for each variant at batch 1 (and batch 8 unless CORE), context 8192 for
 #      the last variant unless QUICK (profile_step: eager, graph replay and the per-kernel table into $OUT, bundled
 #      with the prefill tables and bench_gemv.txt into $OUT/tables.tgz at the end: a call brings back few files);
-#   4. prefill of the flash slice (issue 17), the baseline and the last variant: 2048 tokens one-shot and in chunks
+#   4. prefill of the flash slice (issue 17), the baseline and the last variant (and BASE_PACK's build, 2048 one-shot):
+#      2048 tokens one-shot and in chunks
 #      of 512, 8192 one-shot and in chunks of 2048 and 512 (one-shot only for the baseline under QUICK), the
 #      per-kernel tables of the one-shot 8192 (2048 under CORE); PREFILL=0 skips it;
 #   5. bench_gemv --quick: every GEMV version at the real projection shapes, M = 1, 4, 16 (versions 5 must give
@@ -93,6 +94,11 @@ for i in $(seq 0 $last); do prof $i 1 2048; done
 [ -n "${CORE:-}" ] || { base_prof 8 2048; for i in $(seq 0 $last); do prof $i 8 2048; done; }
 [ -n "${QUICK:-}" ] || prof $last 1 8192
 if [ "${PREFILL:-1}" = 1 ]; then
+  if [ -n "${BASE_PACK:-}" ]; then   # the older build's one-shot prefill of 2048 tokens
+    env $(echo "${BASE_ENV:-}" | tr , ' ') timeout 100 /tmp/hb_base/profile_step /tmp/flash --prefill 2048 --steps 3 \
+      > $o/prefill_2048_base.txt 2>&1
+    el "prefill, base build: rc=$?"; grep -hE "^prefill|failed" $o/prefill_2048_base.txt
+  fi
   for i in 0 $last; do
     n=${names[$i]}
     venv $i timeout 100 /tmp/hb/profile_step /tmp/flash --prefill 2048 --chunks 2048,512 --steps 3 > $o/prefill_2048_$n.txt 2>&1
