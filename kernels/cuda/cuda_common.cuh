@@ -394,6 +394,10 @@ __device__ inline float cuda_swiglu_value(float g, float u, float limit) {
  */
 /* y[i] = x[i] for n elements, converting between F32 and BF16 (either side may be either). */
 glm53_status cuda_convert(cuda_backend *cb, act_out y, act_in x, int64_t n);
+/* The whole weight w [rows, cols] dequantised (or converted) into `dst_dtype` (F32 or BF16) scratch: one rounding
+ * of code * scale for BF16, exact for F32 (linear.cu). */
+glm53_status cuda_dequantize_weight(cuda_backend *cb, cuda_scratch *dst, const weight_ref &w, int64_t rows,
+                                    int64_t cols, int32_t dst_dtype);
 
 /* ------------------------------------------------------------------------------------------------------------
  * Op entry points (semantics and shapes: backend.h)

@@ -92,14 +92,13 @@ swiglu_gate_up_kernel(act_out y, act_in x, weight_ref wg, weight_ref wu, int M, 
 /* ------------------------------------------------------------------------------------------------------------
  * Host side
  */
-/* Dequantises (or converts) the whole weight into `dst_dtype` (F32 or BF16) scratch. */
-static glm53_status dequantize_weight(cuda_backend *cb, cuda_scratch *dst, const weight_ref &w, int64_t rows,
-                                      int64_t cols, int32_t dst_dtype) {
+glm53_status cuda_dequantize_weight(cuda_backend *cb, cuda_scratch *dst, const weight_ref &w, int64_t rows,
+                                    int64_t cols, int32_t dst_dtype) {
     size_t bytes = (size_t)(rows * cols) * glm53_dtype_size((glm53_dtype)dst_dtype);
-    GLM53_TRY(dst->get(cb, bytes, "matmul weight scratch"));
+    GLM53_TRY(dst->get(cb, bytes, "dequantised weight scratch"));
     act_out out{dst->ptr, dst_dtype == GLM53_BF16};
     dequantize_kernel<<<cuda_blocks_for(rows * cols, 256), 256, 0, cb->stream>>>(out, w, rows, cols);
-    CUDA_LAUNCHED("matmul (dequantise weight)");
+    CUDA_LAUNCHED("dequantise weight");
     return GLM53_OK;
 }
 
@@ -227,7 +226,7 @@ glm53_status cuda_matmul(glm53_backend *be, glm53_tensor *y, const glm53_tensor 
         cuda_scratch w_bf16;
         const void *a = w->data;
         if (w->dtype != GLM53_BF16) {
-            GLM53_TRY(dequantize_weight(cb, &w_bf16, wr, N, K, GLM53_BF16));
+            GLM53_TRY(cuda_dequantize_weight(cb, &w_bf16, wr, N, K, GLM53_BF16));
             a = w_bf16.ptr;
         }
         cudaDataType y_type = y->dtype == GLM53_BF16 ? CUDA_R_16BF : CUDA_R_32F;
@@ -239,7 +238,7 @@ glm53_status cuda_matmul(glm53_backend *be, glm53_tensor *y, const glm53_tensor 
     const void *a = w->data, *b = x->data;
     void *c = y->data;
     if (w->dtype != GLM53_F32) {
-        GLM53_TRY(dequantize_weight(cb, &w_f32, wr, N, K, GLM53_F32));
+        GLM53_TRY(cuda_dequantize_weight(cb, &w_f32, wr, N, K, GLM53_F32));
         a = w_f32.ptr;
     }
     if (x->dtype != GLM53_F32) {

@@ -30,8 +30,14 @@
  *           read once per 4 rows), a warp sum per output.
  *           A row whose splits are all empty (no valid position) writes zeros.
  *
- * Every reduction has a fixed order that depends on H, dk, dv, R and W only, never on T or on the other rows,
- * so a row's result is deterministic and the same in any batch. Invalid positions (idx < 0, or >= cap after
+ * Past MLA_GEMM_MIN_ROWS rows (prefill) qh and the value product are cuBLAS batched GEMMs over the heads instead
+ * (the GEMM form): each weight is read once per chunk of rows rather than once per 4, on tensor cores for BF16
+ * activations (kv_b dequantised to BF16 once a call when it is FP8: matmul's "dequantise then BF16 GEMM"; c
+ * rounded to BF16 as the GEMM's input), in F32 for F32 activations. sparse_mla_combine_kernel then writes c, the
+ * out kernel's first half.
+ *
+ * Up to MLA_GEMM_MIN_ROWS rows every reduction has a fixed order that depends on H, dk, dv, R and W only, never on
+ * T or on the other rows, so a row's result is deterministic and the same in any batch of up to that many rows. Invalid positions (idx < 0, or >= cap after
  * the fault) are read as zero latent rows and weighted 0, which adds exact zeros.
  *
  * Scratch (cuda_scratch, one piece): per row 4 * (H*R + H*W + S*H*R + 2*S*H) bytes with S = ceil(W / 128)
@@ -530,9 +536,58 @@ sparse_mla_out_kernel(act_out o, const float *cpart, const float *mpart, const f
     }
 }
 
+/* c[t,h] = sum_s exp(m_s - M) cpart_s / sum_s exp(m_s - M) l_s (zeros for a row with no valid position): the out
+ * kernel's first half on its own, for the GEMM form (see cuda_sparse_mla), in the same order: M over the splits,
+ * then the weights, L, and each column's sum over the splits in order. Block (t, h) of the chunk, 128 threads over
+ * R. c [nc, H, R] in the activation dtype (the GEMM's input). */
+__global__ void sparse_mla_combine_kernel(act_out c, const float *cpart, const float *mpart, const float *lpart,
+                                          int64_t nc, int64_t H, int64_t R, int64_t nS) {
+    cuda_pdl_begin();
+    extern __shared__ float combine_wts[];   /* [nS] */
+    const int64_t row = blockIdx.x, tl = row / H, h = row % H;   /* row = tl * H + h of the chunk */
+    float M = -INFINITY;
+    for (int64_t s = 0; s < nS; s++) M = fmaxf(M, mpart[(s * nc + tl) * H + h]);
+    const bool empty = M == -INFINITY;
+    for (int64_t s = threadIdx.x; s < nS; s += blockDim.x) {
+        const float ms = empty ? -INFINITY : mpart[(s * nc + tl) * H + h];
+        combine_wts[s] = ms == -INFINITY ? 0.0f : expf(ms - M);
+    }
+    __syncthreads();
+    float L = 0.0f;
+    if (!empty)
+        for (int64_t s = 0; s < nS; s++) L += combine_wts[s] * lpart[(s * nc + tl) * H + h];
+    for (int64_t r = threadIdx.x; r < R; r += blockDim.x) {
+        float a = 0.0f;
+        if (!empty) {
+            for (int64_t s = 0; s < nS; s++) a += combine_wts[s] * cpart[((s * nc + tl) * H + h) * R + r];
+            a /= L;
+        }
+        c.store(row * R + r, a);
+    }
+}
+
 /* ------------------------------------------------------------------------------------------------------------
  * Launch
  */
+/* Query rows past which a call takes the GEMM form: qh and the value product as cuBLAS batched GEMMs over the
+ * heads (each weight read once per chunk of rows, on tensor cores in BF16) instead of the qh and out kernels
+ * (each weight byte read once per 4 rows, on CUDA cores). Up to it a row's bits do not depend on the call's row
+ * count (decode, speculative verification); past it they may, as with matmul past its GEMV rows. */
+enum { MLA_GEMM_MIN_ROWS = 16 };
+
+/* C_h = op(A_h) B_h for h < batch, column-major (cuBLAS), F32 sums: A_h at A + h * strideA elements, and so on. */
+static glm53_status mla_batched_gemm(cuda_backend *cb, cublasOperation_t op_a, int64_t m, int64_t n, int64_t k,
+                                     const void *A, cudaDataType a_type, int64_t lda, int64_t stride_a, const void *B,
+                                     cudaDataType b_type, int64_t ldb, int64_t stride_b, void *C, cudaDataType c_type,
+                                     int64_t ldc, int64_t stride_c, int64_t batch, const char *what) {
+    const float one = 1.0f, zero = 0.0f;
+    CUBLAS_TRY(cublasGemmStridedBatchedEx(cb->cublas, op_a, CUBLAS_OP_N, (int)m, (int)n, (int)k, &one, A, a_type,
+                                          (int)lda, stride_a, B, b_type, (int)ldb, stride_b, &zero, C, c_type,
+                                          (int)ldc, stride_c, (int)batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    if (cb->profile) cuda_profile_mark(cb, what);
+    return GLM53_OK;
+}
+
 static inline unsigned ceil_div(int64_t a, int64_t b) { return (unsigned)((a + b - 1) / b); }
 
 glm53_status cuda_sparse_mla(glm53_backend *be, glm53_tensor *o, const glm53_tensor *q, const glm53_tensor *latent,
@@ -563,8 +618,25 @@ glm53_status cuda_sparse_mla(glm53_backend *be, glm53_tensor *o, const glm53_ten
     if (chunk > T) chunk = T;
     if (chunk > 65535 / n_ht) chunk = 65535 / n_ht;   /* gridDim.z of the pv launch */
 
+    /* The GEMM form (MLA_GEMM_MIN_ROWS): kv_b as the GEMMs take it (BF16 for BF16 activations, F32 otherwise;
+     * an FP8 or other weight dequantised once for the call), and c [chunk, H, R] in the activation dtype. */
+    const bool gemm_form = T > MLA_GEMM_MIN_ROWS;
+    const bool act_bf16 = q->dtype == GLM53_BF16;
+    const int32_t w_gemm_dtype = act_bf16 ? GLM53_BF16 : GLM53_F32;
+    const cudaDataType act_type = act_bf16 ? CUDA_R_16BF : CUDA_R_32F;
+    const size_t act_size = act_bf16 ? 2 : 4, o_size = glm53_dtype_size((glm53_dtype)o->dtype);
+    const cudaDataType o_type = o->dtype == GLM53_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+    cuda_scratch w_conv, c_rows;
+    const void *w_gemm = kv_b->data;
+    if (gemm_form) {
+        if (kv_b->dtype != w_gemm_dtype) {
+            GLM53_TRY(cuda_dequantize_weight(cb, &w_conv, kr, H * (dk + dv), R, w_gemm_dtype));
+            w_gemm = w_conv.ptr;
+        }
+    }
     cuda_scratch s;
     GLM53_TRY(s.get(cb, (size_t)chunk * row_bytes, "sparse_mla scratch"));
+    if (gemm_form) GLM53_TRY(c_rows.get(cb, (size_t)(chunk * H * R) * act_size, "sparse_mla c rows"));
     float *qh = (float *)s.ptr;                    /* [chunk,H,R] */
     float *S = qh + chunk * H * R;                 /* [chunk,H,W] */
     float *cpart = S + chunk * H * W;              /* [nS,chunk,H,R] */
@@ -580,9 +652,18 @@ glm53_status cuda_sparse_mla(glm53_backend *be, glm53_tensor *o, const glm53_ten
     const int32_t *ids = (const int32_t *)idx->data;
     for (int64_t t0 = 0; t0 < T; t0 += chunk) {
         const int64_t nc = T - t0 < chunk ? T - t0 : chunk;
-        CUDA_TRY(cuda_launch(cb, sparse_mla_qh_kernel, dim3(ceil_div(R, QH_COLS), (unsigned)H, ceil_div(nc, MLA_ROWS)),
-                             MLA_THREADS, 0, cb->pdl, qh, qa, kr, w_vec, t0, nc, H, dk, dv, R));
-        CUDA_LAUNCHED("sparse_mla (qh)");
+        if (gemm_form) {
+            /* per head h: qh_h [nc, R] = q_h [nc, dk] Wk_h [dk, R], i.e. column-major qh_h^T = Wk_h^T q_h^T with
+             * Wk_h the rows h*(dk+dv) .. +dk of kv_b (R x dk column-major, lda R), q_h^T dk x nc (ldb H*dk) */
+            GLM53_TRY(mla_batched_gemm(cb, CUBLAS_OP_N, R, nc, dk, w_gemm, act_type, R, (dk + dv) * R,
+                                       (const char *)q->data + (size_t)(t0 * H * dk) * act_size, act_type, H * dk, dk,
+                                       qh, CUDA_R_32F, H * R, R, H, "sparse_mla (qh, cublas)"));
+        } else {
+            CUDA_TRY(cuda_launch(cb, sparse_mla_qh_kernel,
+                                 dim3(ceil_div(R, QH_COLS), (unsigned)H, ceil_div(nc, MLA_ROWS)), MLA_THREADS, 0,
+                                 cb->pdl, qh, qa, kr, w_vec, t0, nc, H, dk, dv, R));
+            CUDA_LAUNCHED("sparse_mla (qh)");
+        }
         CUDA_TRY(cuda_launch(cb, sparse_mla_scores_kernel,
                              dim3(ceil_div(W, SC_POS), ceil_div(H, SC_HEADS), (unsigned)nc), MLA_THREADS, 0, cb->pdl,
                              S, qh, la, l_vec, ids, t0, H, R, W, cap, scale, cb->fault));
@@ -590,10 +671,22 @@ glm53_status cuda_sparse_mla(glm53_backend *be, glm53_tensor *o, const glm53_ten
         CUDA_TRY(cuda_launch(cb, sparse_mla_pv_kernel, dim3(ceil_div(R, PV_COLS), (unsigned)nS, (unsigned)(nc * n_ht)),
                              MLA_THREADS, 0, cb->pdl, cpart, mpart, lpart, S, la, l_vec, ids, t0, nc, H, R, W, cap));
         CUDA_LAUNCHED("sparse_mla (pv)");
-        CUDA_TRY(cuda_launch(cb, sparse_mla_out_kernel,
-                             dim3(ceil_div(dv, OUT_ROWS), (unsigned)H, ceil_div(nc, MLA_ROWS)), MLA_THREADS, out_smem,
-                             cb->pdl, oa, cpart, mpart, lpart, kr, w_vec, t0, nc, H, dk, dv, R, nS));
-        CUDA_LAUNCHED("sparse_mla (out)");
+        if (gemm_form) {
+            CUDA_TRY(cuda_launch(cb, sparse_mla_combine_kernel, (unsigned)(nc * H), 128, (size_t)nS * sizeof(float),
+                                 cb->pdl, act_out{c_rows.ptr, act_bf16}, cpart, mpart, lpart, nc, H, R, nS));
+            CUDA_LAUNCHED("sparse_mla (combine)");
+            /* per head h: o_h [nc, dv] = c_h [nc, R] Wv_h^T, Wv_h the rows h*(dk+dv)+dk .. +dv of kv_b: column-major
+             * o_h^T = op_T(Wv_h as R x dv, lda R) c_h^T (R x nc, ldb H*R) */
+            GLM53_TRY(mla_batched_gemm(cb, CUBLAS_OP_T, dv, nc, R, (const char *)w_gemm + (size_t)(dk * R) * act_size,
+                                       act_type, R, (dk + dv) * R, c_rows.ptr, act_type, H * R, R,
+                                       (char *)o->data + (size_t)(t0 * H * dv) * o_size, o_type, H * dv, dv, H,
+                                       "sparse_mla (out, cublas)"));
+        } else {
+            CUDA_TRY(cuda_launch(cb, sparse_mla_out_kernel,
+                                 dim3(ceil_div(dv, OUT_ROWS), (unsigned)H, ceil_div(nc, MLA_ROWS)), MLA_THREADS,
+                                 out_smem, cb->pdl, oa, cpart, mpart, lpart, kr, w_vec, t0, nc, H, dk, dv, R, nS));
+            CUDA_LAUNCHED("sparse_mla (out)");
+        }
     }
     return GLM53_OK;
 }

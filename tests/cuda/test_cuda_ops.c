@@ -1465,7 +1465,8 @@ static void check_sparse_mla(int64_t T, int64_t H, int64_t dk, int64_t dv, int64
     TRY(act_pair(&latent, dt, randn(cap * R, 1.0f, dt == BF16), SHAPE(cap, R)));
     TRY(i32_pair(&idx, iv, SHAPE(T, W)));
     /* kv_b ~ 1.5 / sqrt(R): scores of a few units, so the softmax is neither flat nor one-hot */
-    TRY(weight_pair(&kv_b, kv_dt, 2, H * (dk + dv), R, 1.5f / sqrtf((float)R), 0.0f, 0, 0));
+    const int blk = kv_dt == FP8 ? 128 : 0;   /* the checkpoint's 128 x 128 blocks */
+    TRY(weight_pair(&kv_b, kv_dt, 2, H * (dk + dv), R, 1.5f / sqrtf((float)R), 0.0f, blk, blk));
     TRY(out_pair(&o, dt, SHAPE(T, H, dv)));
     float scale = 1.0f / sqrtf((float)dk);
     TRY(cpu->ops->sparse_mla(cpu, o.c, q.c, latent.c, idx.c, kv_b.c, scale));
@@ -1846,6 +1847,13 @@ static void group_indexer(void) {
     }
     check_sparse_mla(2, 64, 256, 256, 512, 3000, 2051, BF16, BF16);
     check_sparse_mla(3, 64, 256, 256, 512, 3000, 2051, F32, F32);
+    /* past 16 rows: qh and the value product as batched GEMMs (the prefill form) */
+    for (int dt = F32; dt <= BF16; dt++) {
+        check_sparse_mla(40, 4, 32, 16, 32, 40, 12, dt, BF16);
+        check_sparse_mla(17, 2, 8, 8, 16, 20, 7, dt, F32);
+    }
+    check_sparse_mla(20, 64, 256, 256, 512, 3000, 2051, BF16, FP8);
+    check_sparse_mla(20, 64, 256, 256, 512, 3000, 2051, F32, FP8);
 }
 
 static void group_moe(void) {
