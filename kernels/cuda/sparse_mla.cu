@@ -44,7 +44,7 @@
  * splits, 2.9 MB at the real dims. Rows are processed in chunks whose scratch fits MLA_SCRATCH_BUDGET, so a
  * long prefill does not reserve gigabytes; a row's result does not depend on the chunking.
  */
-#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/gemv_mma.cuh"   /* gemv_mma_16816 */
 
 enum {
     MLA_THREADS = 256,
@@ -567,6 +567,198 @@ __global__ void sparse_mla_combine_kernel(act_out c, const float *cpart, const f
 }
 
 /* ------------------------------------------------------------------------------------------------------------
+ * The flash form (prefill with BF16 activations, H a multiple of 64, R = 512): scores, the softmax and the
+ * weighted sum of the selected latent rows for one query row and 64 heads in one block, on tensor cores, the
+ * softmax online over tiles of 32 positions (flash attention's), c straight out: no S and no split partials in
+ * memory, so a chunk of rows needs 2 x H x R BF16 of scratch (qh and c) instead of 2.9 MB.
+ *
+ *   block (row t of the chunk, 64 heads), 256 threads = 8 warps: warp w takes heads 16 (w % 4) .. +16 (an MMA's
+ *   rows) and latent columns 256 (w / 4) .. +256 (its half). Shared memory: qh [64][512] BF16, two tiles of 32
+ *   gathered latent rows [32][512] BF16 (cp.async, zeros for invalid positions; the next tile is in flight while
+ *   this one is computed), the halves' partial scores [8][16][32] F32. Per tile:
+ *     scores  each warp: its 16 heads x 32 positions over its half of R (mma.sync m16n8k16, BF16 in, F32 sums;
+ *             ldmatrix from XOR-swizzled rows), then the two halves' partials added through shared memory (both
+ *             warps of a head group hold the same sums: a + b and b + a round alike), times scale; an invalid
+ *             position's score is -inf.
+ *     softmax the running max m and sum l per head (flash attention's rescaling of l and the accumulators); the
+ *             probabilities exp(s - m) rounded to BF16 as the next MMA's A operand (the C-fragment layout of the
+ *             scores is the A-fragment layout of P); l sums them in F32 before rounding.
+ *     values  each warp: acc[16 heads][its 256 columns] += P [16][32] V [32][256], V the same latent tile read
+ *             transposed (ldmatrix.trans).
+ *   c = acc / l (zeros where l = 0: no valid position), BF16.
+ *
+ * Precision contract (the BF16 path's, as attention in BF16 elsewhere): qh rounded to BF16 (the qh GEMM's output),
+ * BF16 products summed in F32, the probabilities rounded to BF16 for the value product, c rounded to BF16. A row's
+ * result depends on its own qh, idx and the latent rows only (fixed order over tiles and k-steps), so it is the
+ * same in any chunk and any batch that takes this form.
+ */
+enum {
+    FL_HEADS = 64,     /* heads per block */
+    FL_R = 512,        /* the latent width the kernel is built for */
+    FL_POS = 32,       /* positions per tile */
+    FL_THREADS = 256,
+    FL_CHUNKS = FL_R / 8,   /* 16-byte chunks per row */
+};
+/* Dynamic shared memory: qh, two latent tiles, the partial scores. */
+constexpr size_t FL_SMEM = (size_t)FL_HEADS * FL_R * 2 + 2 * (size_t)FL_POS * FL_R * 2 + 8 * 16 * FL_POS * 4;
+
+/* Element offset of (row, col) in a [rows][FL_R] BF16 array whose 16-byte chunks are XOR-swizzled by row % 8, so
+ * that eight rows' chunk c (an ldmatrix's eight addresses) lie in eight different bank groups. */
+__device__ inline int fl_swizzle(int row, int col) {
+    return row * FL_R + (((col >> 3) ^ (row & 7)) << 3) + (col & 7);
+}
+__device__ inline void fl_cp_async16(void *dst, const void *src, int src_bytes) {   /* src_bytes 0: zeros */
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(src_bytes) : "memory");
+}
+__device__ inline void fl_ldmatrix_x4(uint32_t (&r)[4], const void *p) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+__device__ inline void fl_ldmatrix_x4_trans(uint32_t (&r)[4], const void *p) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+__device__ inline uint32_t fl_pack_bf16x2(float lo, float hi) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t *>(&v);
+}
+
+/* grid (nc, H / 64). qh [nc, H, 512] BF16 (the chunk's rows), latent [cap, 512] BF16, idx [T, W] (row t0 + t of
+ * the call), c [nc, H, 512] BF16. */
+__global__ void __launch_bounds__(FL_THREADS, 1)
+sparse_mla_flash_kernel(__nv_bfloat16 *c, const __nv_bfloat16 *qh, const __nv_bfloat16 *latent, const int32_t *idx,
+                        int64_t t0, int64_t H, int64_t W, int64_t cap, float scale, cuda_fault *fault) {
+    cuda_pdl_begin();
+    extern __shared__ __align__(16) uint8_t fl_smem[];
+    __nv_bfloat16 *q_s = (__nv_bfloat16 *)fl_smem;                         /* [64][512] swizzled */
+    __nv_bfloat16 *tile_s = q_s + FL_HEADS * FL_R;                          /* [2][32][512] swizzled */
+    float *part_s = (float *)(tile_s + 2 * FL_POS * FL_R);                  /* [8 warps][16][32 lanes] */
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, qd = lane & 3;
+    const int hg = warp & 3, half = warp >> 2, row0 = 16 * hg, col0 = 256 * half;
+    const int64_t tl = blockIdx.x, t = t0 + tl, h0 = (int64_t)blockIdx.y * FL_HEADS;
+    const int32_t *ids = idx + t * W;
+
+    /* qh rows of the block's heads: 64 x 64 chunks, 16 a thread */
+    const __nv_bfloat16 *q_rows = qh + (tl * H + h0) * FL_R;
+    for (int e = tid; e < FL_HEADS * FL_CHUNKS; e += FL_THREADS) {
+        const int r = e / FL_CHUNKS, ch = e % FL_CHUNKS;
+        fl_cp_async16(q_s + fl_swizzle(r, 8 * ch), q_rows + (int64_t)r * FL_R + 8 * ch, 16);
+    }
+    /* tile j's latent rows into buffer j % 2: 32 x 64 chunks, 8 a thread; invalid positions read as zeros */
+    const auto gather = [&](int64_t j0, int buf) {
+        __nv_bfloat16 *dst = tile_s + buf * FL_POS * FL_R;
+        for (int e = tid; e < FL_POS * FL_CHUNKS; e += FL_THREADS) {
+            const int r = e / FL_CHUNKS, ch = e % FL_CHUNKS;
+            const int64_t j = j0 + r;
+            int32_t id = j < W ? ids[j] : -1;
+            if (id >= cap) {
+                if (ch == 0 && blockIdx.y == 0) cuda_record_fault(fault, CUDA_FAULT_SPARSE_MLA, t * W + j, id, cap);
+                id = -1;
+            }
+            const __nv_bfloat16 *src = latent + (id >= 0 ? (int64_t)id * FL_R + 8 * ch : 0);
+            fl_cp_async16(dst + fl_swizzle(r, 8 * ch), src, id >= 0 ? 16 : 0);
+        }
+        asm volatile("cp.async.commit_group;" ::: "memory");
+    };
+    const int64_t n_tiles = (W + FL_POS - 1) / FL_POS;
+    gather(0, 0);   /* one group with qh */
+
+    float acc[32][4] = {};                     /* [n-tile of 8 columns][fragment]: heads g, g+8 of the group */
+    float m_run[2] = {-INFINITY, -INFINITY};   /* heads row0 + g, row0 + g + 8 */
+    float l_run[2] = {0.0f, 0.0f};             /* this lane's part of the sums (the quad's four added at the end) */
+    for (int64_t jt = 0; jt < n_tiles; jt++) {
+        const int64_t j0 = jt * FL_POS;
+        asm volatile("cp.async.wait_group 0;" ::: "memory");
+        __syncthreads();   /* tile jt (and qh) landed for every thread; the previous tile's reads are done */
+        if (jt + 1 < n_tiles) gather(j0 + FL_POS, (int)((jt + 1) & 1));
+        const __nv_bfloat16 *tile = tile_s + (jt & 1) * FL_POS * FL_R;
+
+        /* partial scores over this warp's half of R: s[n][.] for positions 8n + 2qd + {0,1}, heads g and g + 8 */
+        float s[4][4] = {};
+#pragma unroll
+        for (int kk = 0; kk < 16; kk++) {
+            const int k0 = col0 + 16 * kk;
+            uint32_t a[4], b01[4], b23[4];
+            fl_ldmatrix_x4(a, q_s + fl_swizzle(row0 + (lane & 15), k0 + 8 * (lane >> 4)));
+            const int m = lane >> 3, pr = lane & 7;   /* matrix m: positions 8 (m / 2) + pr, columns k0 + 8 (m % 2) */
+            fl_ldmatrix_x4(b01, tile + fl_swizzle(8 * (m >> 1) + pr, k0 + 8 * (m & 1)));
+            fl_ldmatrix_x4(b23, tile + fl_swizzle(16 + 8 * (m >> 1) + pr, k0 + 8 * (m & 1)));
+            gemv_mma_16816(s[0], a[0], a[1], a[2], a[3], b01[0], b01[1]);
+            gemv_mma_16816(s[1], a[0], a[1], a[2], a[3], b01[2], b01[3]);
+            gemv_mma_16816(s[2], a[0], a[1], a[2], a[3], b23[0], b23[1]);
+            gemv_mma_16816(s[3], a[0], a[1], a[2], a[3], b23[2], b23[3]);
+        }
+        /* the other half's partials, through shared memory */
+        float *mine = part_s + warp * 16 * 32, *other = part_s + (warp ^ 4) * 16 * 32;
+#pragma unroll
+        for (int i = 0; i < 16; i++) mine[i * 32 + lane] = s[i / 4][i % 4];
+        __syncthreads();
+        float row_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int i = 0; i < 16; i++) {
+            const int n = i / 4, f = i % 4;
+            const int64_t j = j0 + 8 * n + 2 * qd + (f & 1);
+            const int32_t id = j < W ? ids[j] : -1;
+            const float v = (s[n][f] + other[i * 32 + lane]) * scale;
+            s[n][f] = id >= 0 && id < cap ? v : -INFINITY;
+            row_max[f >> 1] = fmaxf(row_max[f >> 1], s[n][f]);
+        }
+        /* online softmax: the quad (lanes 4g .. 4g + 3) holds a head's 32 scores */
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            row_max[r] = fmaxf(row_max[r], __shfl_xor_sync(0xffffffffu, row_max[r], 1));
+            row_max[r] = fmaxf(row_max[r], __shfl_xor_sync(0xffffffffu, row_max[r], 2));
+            const float m_new = fmaxf(m_run[r], row_max[r]);
+            const float m_use = m_new == -INFINITY ? 0.0f : m_new;   /* nothing valid yet: every exp is 0 */
+            const float corr = expf(m_run[r] - m_use);
+            m_run[r] = m_new;
+            l_run[r] *= corr;
+#pragma unroll
+            for (int n = 0; n < 32; n++) acc[n][2 * r] *= corr, acc[n][2 * r + 1] *= corr;
+#pragma unroll
+            for (int n = 0; n < 4; n++)
+#pragma unroll
+                for (int f = 2 * r; f < 2 * r + 2; f++) {
+                    s[n][f] = expf(s[n][f] - m_use);
+                    l_run[r] += s[n][f];
+                }
+        }
+        /* acc += P V: k-step kk covers positions 16 kk .. +16; P's A fragment from the score tiles 2 kk, 2 kk + 1 */
+#pragma unroll
+        for (int kk = 0; kk < 2; kk++) {
+            const uint32_t a0 = fl_pack_bf16x2(s[2 * kk][0], s[2 * kk][1]);
+            const uint32_t a1 = fl_pack_bf16x2(s[2 * kk][2], s[2 * kk][3]);
+            const uint32_t a2 = fl_pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+            const uint32_t a3 = fl_pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+            const int m = lane >> 3, pr = lane & 7;   /* matrix m: positions 16 kk + 8 (m % 2) + pr, columns + 8 (m / 2) */
+#pragma unroll
+            for (int n = 0; n < 32; n += 2) {
+                uint32_t b[4];
+                fl_ldmatrix_x4_trans(b, tile + fl_swizzle(16 * kk + 8 * (m & 1) + pr, col0 + 8 * n + 8 * (m >> 1)));
+                gemv_mma_16816(acc[n], a0, a1, a2, a3, b[0], b[1]);
+                gemv_mma_16816(acc[n + 1], a0, a1, a2, a3, b[2], b[3]);
+            }
+        }
+    }
+
+    /* c = acc / l, heads row0 + g and + 8, columns col0 + 8 n + 2 qd + {0, 1} */
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        float l = l_run[r];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+        __nv_bfloat16 *c_row = c + (tl * H + h0 + row0 + g + 8 * r) * FL_R + col0 + 2 * qd;
+#pragma unroll
+        for (int n = 0; n < 32; n++)
+            *reinterpret_cast<uint32_t *>(c_row + 8 * n) = fl_pack_bf16x2(acc[n][2 * r] * inv, acc[n][2 * r + 1] * inv);
+    }
+}
+
+/* ------------------------------------------------------------------------------------------------------------
  * Launch
  */
 /* Query rows past which a call takes the GEMM form: qh and the value product as cuBLAS batched GEMMs over the
@@ -612,32 +804,37 @@ glm53_status cuda_sparse_mla(glm53_backend *be, glm53_tensor *o, const glm53_ten
     const bool w_vec = R % 8 == 0 && (uintptr_t)kr.data % 16 == 0;
     const bool l_vec = R % 8 == 0 && (uintptr_t)latent->data % 16 == 0;
     const int64_t nS = (W + PV_SPLIT - 1) / PV_SPLIT, n_ht = (H + PV_HEADS - 1) / PV_HEADS;
-    const size_t row_bytes = (size_t)(H * R + H * W + nS * H * R + 2 * nS * H) * sizeof(float);
+
+    /* The forms (top of the file): up to MLA_GEMM_MIN_ROWS rows the four kernels; past it the GEMM form, and of
+     * that the flash form where its shapes hold (BF16 activations, 64-head groups, R = 512, aligned rows). The GEMM
+     * form takes kv_b in the GEMMs' dtype (BF16 for BF16 activations, F32 otherwise; an FP8 or other weight
+     * dequantised once for the call) and writes c [chunk, H, R] in the activation dtype. */
+    const bool gemm_form = T > MLA_GEMM_MIN_ROWS;
+    const bool act_bf16 = q->dtype == GLM53_BF16;
+    const bool flash_form = gemm_form && act_bf16 && latent->dtype == GLM53_BF16 && H % FL_HEADS == 0 && R == FL_R &&
+                            l_vec;
+    const cudaDataType act_type = act_bf16 ? CUDA_R_16BF : CUDA_R_32F;
+    const size_t act_size = act_bf16 ? 2 : 4, o_size = glm53_dtype_size((glm53_dtype)o->dtype);
+    const cudaDataType o_type = o->dtype == GLM53_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+
+    /* scratch per row: the flash form's qh [H,R] BF16; the others' qh [H,R], S [H,W], nS splits' partials F32 */
+    const size_t row_bytes = flash_form ? (size_t)(H * R) * 2
+                                        : (size_t)(H * R + H * W + nS * H * R + 2 * nS * H) * sizeof(float);
     int64_t chunk = (int64_t)(MLA_SCRATCH_BUDGET / row_bytes);
     if (chunk < 1) chunk = 1;
     if (chunk > T) chunk = T;
     if (chunk > 65535 / n_ht) chunk = 65535 / n_ht;   /* gridDim.z of the pv launch */
 
-    /* The GEMM form (MLA_GEMM_MIN_ROWS): kv_b as the GEMMs take it (BF16 for BF16 activations, F32 otherwise;
-     * an FP8 or other weight dequantised once for the call), and c [chunk, H, R] in the activation dtype. */
-    const bool gemm_form = T > MLA_GEMM_MIN_ROWS;
-    const bool act_bf16 = q->dtype == GLM53_BF16;
-    const int32_t w_gemm_dtype = act_bf16 ? GLM53_BF16 : GLM53_F32;
-    const cudaDataType act_type = act_bf16 ? CUDA_R_16BF : CUDA_R_32F;
-    const size_t act_size = act_bf16 ? 2 : 4, o_size = glm53_dtype_size((glm53_dtype)o->dtype);
-    const cudaDataType o_type = o->dtype == GLM53_BF16 ? CUDA_R_16BF : CUDA_R_32F;
     cuda_scratch w_conv, c_rows;
     const void *w_gemm = kv_b->data;
-    if (gemm_form) {
-        if (kv_b->dtype != w_gemm_dtype) {
-            GLM53_TRY(cuda_dequantize_weight(cb, &w_conv, kr, H * (dk + dv), R, w_gemm_dtype));
-            w_gemm = w_conv.ptr;
-        }
+    if (gemm_form && kv_b->dtype != (act_bf16 ? GLM53_BF16 : GLM53_F32)) {
+        GLM53_TRY(cuda_dequantize_weight(cb, &w_conv, kr, H * (dk + dv), R, act_bf16 ? GLM53_BF16 : GLM53_F32));
+        w_gemm = w_conv.ptr;
     }
     cuda_scratch s;
     GLM53_TRY(s.get(cb, (size_t)chunk * row_bytes, "sparse_mla scratch"));
     if (gemm_form) GLM53_TRY(c_rows.get(cb, (size_t)(chunk * H * R) * act_size, "sparse_mla c rows"));
-    float *qh = (float *)s.ptr;                    /* [chunk,H,R] */
+    float *qh = (float *)s.ptr;                    /* [chunk,H,R] (BF16 in the flash form) */
     float *S = qh + chunk * H * R;                 /* [chunk,H,W] */
     float *cpart = S + chunk * H * W;              /* [nS,chunk,H,R] */
     float *mpart = cpart + nS * chunk * H * R;     /* [nS,chunk,H] */
@@ -645,7 +842,8 @@ glm53_status cuda_sparse_mla(glm53_backend *be, glm53_tensor *o, const glm53_ten
 
     const int64_t Rp = (R + 7) / 8 * 8;
     const size_t out_smem = (size_t)(MLA_ROWS * Rp + 3 * MLA_ROWS * nS) * sizeof(float);
-    GLM53_TRY(cuda_smem_optin(cb, (const void *)sparse_mla_out_kernel, out_smem, "sparse_mla (out)"));
+    if (flash_form) GLM53_TRY(cuda_smem_optin(cb, (const void *)sparse_mla_flash_kernel, FL_SMEM, "sparse_mla (flash)"));
+    else if (!gemm_form) GLM53_TRY(cuda_smem_optin(cb, (const void *)sparse_mla_out_kernel, out_smem, "sparse_mla (out)"));
 
     const act_in qa = cuda_act_in(q), la = cuda_act_in(latent);
     const act_out oa = cuda_act_out(o);
@@ -657,24 +855,36 @@ glm53_status cuda_sparse_mla(glm53_backend *be, glm53_tensor *o, const glm53_ten
              * Wk_h the rows h*(dk+dv) .. +dk of kv_b (R x dk column-major, lda R), q_h^T dk x nc (ldb H*dk) */
             GLM53_TRY(mla_batched_gemm(cb, CUBLAS_OP_N, R, nc, dk, w_gemm, act_type, R, (dk + dv) * R,
                                        (const char *)q->data + (size_t)(t0 * H * dk) * act_size, act_type, H * dk, dk,
-                                       qh, CUDA_R_32F, H * R, R, H, "sparse_mla (qh, cublas)"));
+                                       qh, flash_form ? CUDA_R_16BF : CUDA_R_32F, H * R, R, H,
+                                       "sparse_mla (qh, cublas)"));
         } else {
             CUDA_TRY(cuda_launch(cb, sparse_mla_qh_kernel,
                                  dim3(ceil_div(R, QH_COLS), (unsigned)H, ceil_div(nc, MLA_ROWS)), MLA_THREADS, 0,
                                  cb->pdl, qh, qa, kr, w_vec, t0, nc, H, dk, dv, R));
             CUDA_LAUNCHED("sparse_mla (qh)");
         }
-        CUDA_TRY(cuda_launch(cb, sparse_mla_scores_kernel,
-                             dim3(ceil_div(W, SC_POS), ceil_div(H, SC_HEADS), (unsigned)nc), MLA_THREADS, 0, cb->pdl,
-                             S, qh, la, l_vec, ids, t0, H, R, W, cap, scale, cb->fault));
-        CUDA_LAUNCHED("sparse_mla (scores)");
-        CUDA_TRY(cuda_launch(cb, sparse_mla_pv_kernel, dim3(ceil_div(R, PV_COLS), (unsigned)nS, (unsigned)(nc * n_ht)),
-                             MLA_THREADS, 0, cb->pdl, cpart, mpart, lpart, S, la, l_vec, ids, t0, nc, H, R, W, cap));
-        CUDA_LAUNCHED("sparse_mla (pv)");
+        if (flash_form) {
+            CUDA_TRY(cuda_launch(cb, sparse_mla_flash_kernel, dim3((unsigned)nc, (unsigned)(H / FL_HEADS)), FL_THREADS,
+                                 FL_SMEM, cb->pdl, (__nv_bfloat16 *)c_rows.ptr, (const __nv_bfloat16 *)qh,
+                                 (const __nv_bfloat16 *)latent->data, ids, t0, H, W, cap, scale, cb->fault));
+            CUDA_LAUNCHED("sparse_mla (flash)");
+        } else {
+            CUDA_TRY(cuda_launch(cb, sparse_mla_scores_kernel,
+                                 dim3(ceil_div(W, SC_POS), ceil_div(H, SC_HEADS), (unsigned)nc), MLA_THREADS, 0,
+                                 cb->pdl, S, qh, la, l_vec, ids, t0, H, R, W, cap, scale, cb->fault));
+            CUDA_LAUNCHED("sparse_mla (scores)");
+            CUDA_TRY(cuda_launch(cb, sparse_mla_pv_kernel,
+                                 dim3(ceil_div(R, PV_COLS), (unsigned)nS, (unsigned)(nc * n_ht)), MLA_THREADS, 0,
+                                 cb->pdl, cpart, mpart, lpart, S, la, l_vec, ids, t0, nc, H, R, W, cap));
+            CUDA_LAUNCHED("sparse_mla (pv)");
+        }
         if (gemm_form) {
-            CUDA_TRY(cuda_launch(cb, sparse_mla_combine_kernel, (unsigned)(nc * H), 128, (size_t)nS * sizeof(float),
-                                 cb->pdl, act_out{c_rows.ptr, act_bf16}, cpart, mpart, lpart, nc, H, R, nS));
-            CUDA_LAUNCHED("sparse_mla (combine)");
+            if (!flash_form) {
+                CUDA_TRY(cuda_launch(cb, sparse_mla_combine_kernel, (unsigned)(nc * H), 128,
+                                     (size_t)nS * sizeof(float), cb->pdl, act_out{c_rows.ptr, act_bf16}, cpart, mpart,
+                                     lpart, nc, H, R, nS));
+                CUDA_LAUNCHED("sparse_mla (combine)");
+            }
             /* per head h: o_h [nc, dv] = c_h [nc, R] Wv_h^T, Wv_h the rows h*(dk+dv)+dk .. +dv of kv_b: column-major
              * o_h^T = op_T(Wv_h as R x dv, lda R) c_h^T (R x nc, ldb H*R) */
             GLM53_TRY(mla_batched_gemm(cb, CUBLAS_OP_T, dv, nc, R, (const char *)w_gemm + (size_t)(dk * R) * act_size,

@@ -1852,8 +1852,9 @@ static void group_indexer(void) {
         check_sparse_mla(40, 4, 32, 16, 32, 40, 12, dt, BF16);
         check_sparse_mla(17, 2, 8, 8, 16, 20, 7, dt, F32);
     }
-    check_sparse_mla(20, 64, 256, 256, 512, 3000, 2051, BF16, FP8);
+    check_sparse_mla(20, 64, 256, 256, 512, 3000, 2051, BF16, FP8);   /* the flash form: BF16, 64 heads, R 512 */
     check_sparse_mla(20, 64, 256, 256, 512, 3000, 2051, F32, FP8);
+    check_sparse_mla(18, 128, 32, 32, 512, 40, 12, BF16, BF16);       /* the flash form: two head groups, one short tile */
 }
 
 static void group_moe(void) {
