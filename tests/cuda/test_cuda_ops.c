@@ -1762,6 +1762,7 @@ static void group_mhc(void) {
         check_mhc_mean(17, 4, 130, dt);
     }
     check_mhc_pre_rows_invariant(5, 4, 4096);   /* 16-byte loads */
+    check_mhc_pre_rows_invariant(19, 4, 4096);  /* three blocks of up to 8 rows a chunk */
     check_mhc_site(1, 4096, 1);                 /* a decode row at the real width */
     check_mhc_site(1, 4096, 0);
     check_mhc_site(17, 4096, 1);
