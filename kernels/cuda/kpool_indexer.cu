@@ -3,7 +3,7 @@
  * compression, scoring of closed pools, and the per-row selection of positions.
  *
  * kpool_compress: one thread per (pool, channel), a softmax over the P slots in F32.
- * kpool_score: a block per (query row, up to 32 pools); the row's Q [Hi, dI] and head weights sit in shared
+ * kpool_score: a block per (query row, up to 64 pools); the row's Q [Hi, dI] and head weights sit in shared
  *   memory, a warp scores one pool at a time (the key read once into registers, a warp sum per head, 8 heads'
  *   sums interleaved). A thread per pool, as before, ran 302 us per decode call at the real dims (a serial
  *   4096-term loop per thread). At decode (one row, ~513 pools) the launch was 17 blocks whose warps each ran 4
@@ -28,7 +28,7 @@
 enum {
     SCORE_THREADS = 256,
     SCORE_WARPS = SCORE_THREADS / 32,
-    SCORE_POOLS_PER_WARP = 4,   /* at most; fewer when the grid would be small */
+    SCORE_POOLS_PER_WARP = 8,   /* at most; fewer when the grid would be small */
     SCORE_KEY_REGS = 4,         /* key channels a lane keeps in registers: dI <= 128 */
     SCORE_HEADS = 8,            /* heads whose dot products a warp computes together */
     SELECT_THREADS = 256,
@@ -86,9 +86,9 @@ glm53_status cuda_kpool_compress(glm53_backend *be, glm53_tensor *pooled, const 
  * with the sum over h in order h = 0, 1, ... Heads go SCORE_HEADS at a time: their dot products are independent,
  * so their partials and butterflies are interleaved (SCORE_HEADS shuffles in flight instead of one), and only
  * then added to the sum, still in head order; every value is computed by the same operations as one head at a
- * time, so the scores are bit for bit those of that order. Five blocks a multiprocessor cap it at 48 registers
- * without spills (64 unbounded); with 8 heads in flight a warp needs occupancy less than registers. */
-__global__ void __launch_bounds__(SCORE_THREADS, 5)
+ * time, so the scores are bit for bit those of that order. The next pool's key is loaded while a pool is scored;
+ * with it the kernel takes 64 registers (48, five blocks a multiprocessor, spilled), so four blocks. */
+__global__ void __launch_bounds__(SCORE_THREADS, 4)
 kpool_score_kernel(float *scores, act_in Q, const float *w, const float *pooled, const int32_t *n_closed,
                    int64_t t0, int64_t G, int64_t Hi, int64_t dI, float scale, int pools_per_warp, bool vec) {
     cuda_pdl_begin();
@@ -127,15 +127,22 @@ kpool_score_kernel(float *scores, act_in Q, const float *w, const float *pooled,
     for (int j = 0; j < pools_per_warp; j++) {
         const int64_t g = g0 + (int64_t)j * SCORE_WARPS;
         if (g >= G) break;
+        /* the next pool's key is requested now and waited for only at the next pool: its load runs under this
+         * pool's arithmetic (one pool at a time waited for every key: at a prefill's 4 pools a warp, most of the
+         * time) */
+        const int64_t g_next = g + SCORE_WARPS;
+        float kv_next[SCORE_KEY_REGS];
+#pragma unroll
+        for (int r = 0; r < SCORE_KEY_REGS; r++)
+            kv_next[r] = j + 1 < pools_per_warp && g_next < G && in_regs && lane + 32 * r < dI
+                             ? pooled[g_next * dI + lane + 32 * r] : 0.0f;
         if (g >= closed) {
             if (lane == 0) scores[t * G + g] = -INFINITY;
+#pragma unroll
+            for (int r = 0; r < SCORE_KEY_REGS; r++) kv[r] = kv_next[r];
             continue;
         }
         const float *key = pooled + g * dI;
-        if (j > 0) {
-#pragma unroll
-            for (int r = 0; r < SCORE_KEY_REGS; r++) kv[r] = in_regs && lane + 32 * r < dI ? key[lane + 32 * r] : 0.0f;
-        }
         float s = 0.0f;
         for (int64_t h0 = 0; h0 < Hi; h0 += SCORE_HEADS) {
             float part[SCORE_HEADS];
@@ -164,6 +171,8 @@ kpool_score_kernel(float *scores, act_in Q, const float *w, const float *pooled,
             }
         }
         if (lane == 0) scores[t * G + g] = s;
+#pragma unroll
+        for (int r = 0; r < SCORE_KEY_REGS; r++) kv[r] = kv_next[r];
     }
 }
 
@@ -181,9 +190,9 @@ glm53_status cuda_kpool_score(glm53_backend *be, glm53_tensor *scores, const glm
     if (T == 0 || G == 0) return GLM53_OK;
     size_t smem = (size_t)(Hi * dI + Hi) * sizeof(float);
     GLM53_TRY(cuda_smem_optin(cb, (const void *)kpool_score_kernel, smem, "kpool_score"));
-    /* SCORE_POOLS_PER_WARP pools per warp amortise the staging of Q over 32 pools a block, which is what many rows
-     * want; a launch that would not give every multiprocessor two blocks (decode: one row, ~513 pools, 17 blocks
-     * of 4 serial pools a warp) takes fewer pools per warp and more blocks instead. */
+    /* SCORE_POOLS_PER_WARP pools per warp amortise the staging of Q over 64 pools a block, which is what many rows
+     * want; a launch that would not give every multiprocessor two blocks (decode: one row, ~513 pools, 9 blocks
+     * of 8 serial pools a warp) takes fewer pools per warp and more blocks instead. */
     const int64_t rows0 = T < MAX_GRID_Y ? T : MAX_GRID_Y;
     int pools_per_warp = SCORE_POOLS_PER_WARP;
     int64_t pools_per_block = (int64_t)SCORE_WARPS * pools_per_warp;
