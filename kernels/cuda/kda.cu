@@ -27,9 +27,9 @@
  * a launch): kda_conv_prep_kernel (the conv over each sequence's history and new rows, SiLU, the per-head L2
  * norms of q and k, and the ring update; a block per (sequence, head, q|k|v, 16 rows)) into scratch, then the
  * recurrence kernel above over every sequence at once (grid.z = sequence). Its contract is the chain's bits: each
- * element gets the chain's operations in the chain's order through the same device functions (conv_causal_sum, cuda_silu,
- * cuda_block_sum and the l2norm helpers, the recurrence kernels themselves), and every value the chain would
- * have stored in an activation tensor is rounded to that dtype at the same point (cuda_act_round).
+ * element gets the chain's operations in the chain's order through the same device functions (conv_causal_sum,
+ * cuda_silu, cuda_block_sum and the l2norm helpers, the recurrence kernels themselves), and every value the chain
+ * would have stored in an activation tensor is rounded to that dtype at the same point (cuda_act_round).
  *
  * Both are token-by-token forms; the chunked (WY) form on tensor cores is the prefill issue's next step.
  */
@@ -279,7 +279,8 @@ kda_recurrent_columns_kernel(act_out o, act_in q, act_in k, act_in v, const floa
                 }
             mem = __fadd_rn(mem, __shfl_xor_sync(0xffffffffu, mem, 1));
             mem = __fadd_rn(mem, __shfl_xor_sync(0xffffffffu, mem, 2));
-            const float u = __fmul_rn(stage[at_beta + tt], __fsub_rn(stage[at_v + tt * KDA_COLS + tid / KDA_SPLIT], mem));
+            const float v_t = stage[at_v + tt * KDA_COLS + tid / KDA_SPLIT];
+            const float u = __fmul_rn(stage[at_beta + tt], __fsub_rn(v_t, mem));
             /* S <- S + k u^T; o = S^T q */
             float out = 0.0f;
 #pragma unroll
@@ -576,11 +577,13 @@ glm53_status cuda_kda_sequences(glm53_backend *be, glm53_tensor *o, const glm53_
             c.hist = s->n_hist > 0 ? (const int32_t *)s->conv_hist->data : nullptr;
             c.write = s->n_write > 0 ? (const int32_t *)s->conv_write->data : nullptr;
             for (int j = 0; j < 3; j++) c.ring[j] = s->conv[j]->data;
-            rec.seq[n_conv - 1] = kda_rec_seq{s->row0, s->n_rows, (float *)s->states->data, (const int32_t *)s->slots->data};
+            rec.seq[n_conv - 1] =
+                kda_rec_seq{s->row0, s->n_rows, (float *)s->states->data, (const int32_t *)s->slots->data};
             max_rows = s->n_rows > max_rows ? s->n_rows : max_rows;
         }
         if (n_conv == 0) continue;
-        const dim3 grid((unsigned)(3 * H), (unsigned)((max_rows + KDA_CONV_ROWS - 1) / KDA_CONV_ROWS), (unsigned)n_conv);
+        const dim3 grid((unsigned)(3 * H), (unsigned)((max_rows + KDA_CONV_ROWS - 1) / KDA_CONV_ROWS),
+                        (unsigned)n_conv);
         CUDA_TRY(cuda_launch(cb, kda_conv_prep_kernel, grid, conv_threads, 0, cb->pdl, args, conv));
         CUDA_LAUNCHED("kda_sequences (conv)");
         GLM53_TRY(kda_recurrent_launch(cb, o_out, q_in, k_in, v_in, g_in, beta_in, rec, n_conv, H, dk, dv,

@@ -129,7 +129,8 @@ mhc_project_kernel(float *part, act_in H, weight_ref fn, int64_t N, int64_t S, i
                 for (int g = 0; g <= MHC_GROUP; g++) acc[g] = 0.0f;
                 if (i < i1) {
                     float hv[8];
-                    cuda_bf16x8_to_float(*reinterpret_cast<const uint4 *>((const __nv_bfloat16 *)H.data + n * SD + i), hv);
+                    const __nv_bfloat16 *h = (const __nv_bfloat16 *)H.data + n * SD + i;
+                    cuda_bf16x8_to_float(*reinterpret_cast<const uint4 *>(h), hv);
                     mhc_project8(acc, hv, raw);
                 }
                 mhc_chunk_partials(part + (n * n_chunks + blockIdx.y) * (n_mix + 1), acc, v0, n_mix);

@@ -33,16 +33,19 @@
  * Past MLA_GEMM_MIN_ROWS rows (prefill) qh and the value product are cuBLAS batched GEMMs over the heads instead
  * (the GEMM form): each weight is read once per chunk of rows rather than once per 4, on tensor cores for BF16
  * activations (kv_b dequantised to BF16 once a call when it is FP8: matmul's "dequantise then BF16 GEMM"; c
- * rounded to BF16 as the GEMM's input), in F32 for F32 activations. sparse_mla_combine_kernel then writes c, the
- * out kernel's first half.
+ * rounded to BF16 as the GEMM's input), in F32 for F32 activations. Between them, with BF16 activations, 64-head
+ * groups and R = 512 (the model's), sparse_mla_flash_kernel computes c from qh in one kernel on tensor cores (its
+ * section below); otherwise scores and pv as above and sparse_mla_combine_kernel (the out kernel's first half).
  *
  * Up to MLA_GEMM_MIN_ROWS rows every reduction has a fixed order that depends on H, dk, dv, R and W only, never on
- * T or on the other rows, so a row's result is deterministic and the same in any batch of up to that many rows. Invalid positions (idx < 0, or >= cap after
- * the fault) are read as zero latent rows and weighted 0, which adds exact zeros.
+ * T or on the other rows, so a row's result is deterministic and the same in any batch of up to that many rows.
+ * Invalid positions (idx < 0, or >= cap after the fault) are read as zero latent rows and weighted 0, which adds
+ * exact zeros.
  *
  * Scratch (cuda_scratch, one piece): per row 4 * (H*R + H*W + S*H*R + 2*S*H) bytes with S = ceil(W / 128)
- * splits, 2.9 MB at the real dims. Rows are processed in chunks whose scratch fits MLA_SCRATCH_BUDGET, so a
- * long prefill does not reserve gigabytes; a row's result does not depend on the chunking.
+ * splits, 2.9 MB at the real dims (the flash form: qh, 2 * H*R bytes). Rows are processed in chunks whose scratch
+ * fits MLA_SCRATCH_BUDGET, so a long prefill does not reserve gigabytes; a row's result does not depend on the
+ * chunking.
  */
 #include "kernels/cuda/gemv_mma.cuh"   /* gemv_mma_16816 */
 
@@ -733,7 +736,8 @@ sparse_mla_flash_kernel(__nv_bfloat16 *c, const __nv_bfloat16 *qh, const __nv_bf
             const uint32_t a1 = fl_pack_bf16x2(s[2 * kk][2], s[2 * kk][3]);
             const uint32_t a2 = fl_pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
             const uint32_t a3 = fl_pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-            const int m = lane >> 3, pr = lane & 7;   /* matrix m: positions 16 kk + 8 (m % 2) + pr, columns + 8 (m / 2) */
+            /* matrix m: positions 16 kk + 8 (m % 2) + pr, columns + 8 (m / 2) */
+            const int m = lane >> 3, pr = lane & 7;
 #pragma unroll
             for (int n = 0; n < 32; n += 2) {
                 uint32_t b[4];
@@ -842,8 +846,10 @@ glm53_status cuda_sparse_mla(glm53_backend *be, glm53_tensor *o, const glm53_ten
 
     const int64_t Rp = (R + 7) / 8 * 8;
     const size_t out_smem = (size_t)(MLA_ROWS * Rp + 3 * MLA_ROWS * nS) * sizeof(float);
-    if (flash_form) GLM53_TRY(cuda_smem_optin(cb, (const void *)sparse_mla_flash_kernel, FL_SMEM, "sparse_mla (flash)"));
-    else if (!gemm_form) GLM53_TRY(cuda_smem_optin(cb, (const void *)sparse_mla_out_kernel, out_smem, "sparse_mla (out)"));
+    if (flash_form)
+        GLM53_TRY(cuda_smem_optin(cb, (const void *)sparse_mla_flash_kernel, FL_SMEM, "sparse_mla (flash)"));
+    else if (!gemm_form)
+        GLM53_TRY(cuda_smem_optin(cb, (const void *)sparse_mla_out_kernel, out_smem, "sparse_mla (out)"));
 
     const act_in qa = cuda_act_in(q), la = cuda_act_in(latent);
     const act_out oa = cuda_act_out(o);
