@@ -181,22 +181,6 @@ __device__ inline void gemv_mma_load(gemv_mma_step<FP8, R, U> &s, const gemv_mma
     }
 }
 
-/* Asks L2 for the lines of the step of k-groups kg0, kg0 + 8, ... (U of them) of the R n-tiles, nothing returned:
- * one lane per weight row (q = 0), whose 16 bytes start the row's 64-byte k-group (FP8: 64 columns, BF16: 32), so
- * the line it names holds the whole group. */
-template <bool FP8, int R, int U>
-__device__ inline void gemv_mma_prefetch_l2(const gemv_mma_lane_rows (&t)[R], int kg0, int groups, int q) {
-    if (q != 0) return;
-#pragma unroll
-    for (int u = 0; u < U; u++) {
-        const int kg = kg0 + GEMV_MMA_WARPS * u;
-#pragma unroll
-        for (int r = 0; r < R; r++)
-            if (kg < groups && t[r].row)
-                asm volatile("prefetch.global.L2 [%0];" ::"l"(gemv_mma_piece<FP8>(t[r], kg, 0)));
-    }
-}
-
 /* 8 consecutive BF16 x values as an FP8 weight's MMA reads them: times 2^64, and (bit-placed codes, !HW_CVT) each
  * 4 in the order 0, 2, 1, 3. gemv_mma_stage_x and gemm_mma.cuh's staging share it. */
 template <bool HW_CVT>
@@ -402,23 +386,16 @@ __device__ inline void gemv_mma_stream(uint8_t *smem, const Tiles &tiles, int t_
     if (t_begin >= t_end) return;   /* the whole block */
     gemv_mma_stage_x<FP8, false>(xs, ld, x, x_rows, x_rows, K, 0, K);
     __syncthreads();
-    constexpr int STEP = GEMV_MMA_WARPS * U;               /* k-groups between a warp's steps */
-    const int steps = (groups - warp + STEP - 1) / STEP;   /* this warp's steps per tile */
     for (int t = t_begin, parity = 0; t < t_end; t++, parity ^= 1) {
         const bool more = t + 1 < t_end;
         if (more) nxt_x_row = tiles.rows(t + 1, nxt, g);
         float acc[R][4];
 #pragma unroll
         for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = acc[r][2] = acc[r][3] = 0.0f;
-        for (int kg0 = warp, step = 0; kg0 < groups; kg0 += STEP, step++) {
+        for (int kg0 = warp; kg0 < groups; kg0 += GEMV_MMA_WARPS * U) {
             const gemv_mma_step<FP8, R, U> p = next;
-            if (kg0 + STEP < groups) gemv_mma_load(next, cur, kg0 + STEP, groups, 0, q);
+            if (kg0 + GEMV_MMA_WARPS * U < groups) gemv_mma_load(next, cur, kg0 + GEMV_MMA_WARPS * U, groups, 0, q);
             else if (more) gemv_mma_load(next, nxt, warp, groups, 0, q);   /* the next tile's first step */
-            /* The step after that into L2 (no registers held): its loads, issued during the next step, then wait
-             * on L2 rather than on memory, which doubles the bytes a warp has on their way. */
-            if (step + 2 < steps) gemv_mma_prefetch_l2<FP8, R, U>(cur, kg0 + 2 * STEP, groups, q);
-            else if (more && step + 2 - steps < steps)
-                gemv_mma_prefetch_l2<FP8, R, U>(nxt, warp + (step + 2 - steps) * STEP, groups, q);
             gemv_mma_compute<FP8, R, U, false>(acc, p, xs, ld, x_row, M, kg0, groups, g, q);
         }
         float *s = sums + parity * GEMV_MMA_WARPS * R * 16 * 8;
