@@ -99,6 +99,17 @@ glm53_status cuda_blocks_per_sm(cuda_backend *cb, const void *kernel, int thread
 __device__ inline void cuda_pdl_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
 __device__ inline void cuda_pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 /* The start of a kernel whose every read depends on earlier kernels: let the next one launch, then wait. */
+/* cp.async of 16 bytes global -> shared (L2 only, .cg); src_bytes 0 writes zeros and reads nothing (src must still
+ * be a valid address). Groups: cuda_cp_async_commit closes the copies issued since the last one, cuda_cp_async_wait<N>
+ * waits until at most N of this thread's groups are still in flight (a barrier then makes every thread's visible). */
+__device__ inline void cuda_cp_async16(void *dst, const void *src, int src_bytes) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(src_bytes) : "memory");
+}
+__device__ inline void cuda_cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ inline void cuda_cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+
 __device__ inline void cuda_pdl_begin() {
     cuda_pdl_launch_dependents();
     cuda_pdl_wait();

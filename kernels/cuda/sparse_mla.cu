@@ -610,10 +610,6 @@ constexpr size_t FL_SMEM = (size_t)FL_HEADS * FL_R * 2 + 2 * (size_t)FL_POS * FL
 __device__ inline int fl_swizzle(int row, int col) {
     return row * FL_R + (((col >> 3) ^ (row & 7)) << 3) + (col & 7);
 }
-__device__ inline void fl_cp_async16(void *dst, const void *src, int src_bytes) {   /* src_bytes 0: zeros */
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(src_bytes) : "memory");
-}
 __device__ inline void fl_ldmatrix_x4(uint32_t (&r)[4], const void *p) {
     const unsigned a = (unsigned)__cvta_generic_to_shared(p);
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
@@ -648,7 +644,7 @@ sparse_mla_flash_kernel(__nv_bfloat16 *c, const __nv_bfloat16 *qh, const __nv_bf
     const __nv_bfloat16 *q_rows = qh + (tl * H + h0) * FL_R;
     for (int e = tid; e < FL_HEADS * FL_CHUNKS; e += FL_THREADS) {
         const int r = e / FL_CHUNKS, ch = e % FL_CHUNKS;
-        fl_cp_async16(q_s + fl_swizzle(r, 8 * ch), q_rows + (int64_t)r * FL_R + 8 * ch, 16);
+        cuda_cp_async16(q_s + fl_swizzle(r, 8 * ch), q_rows + (int64_t)r * FL_R + 8 * ch, 16);
     }
     /* tile j's latent rows into buffer j % 2: 32 x 64 chunks, 8 a thread; invalid positions read as zeros */
     const auto gather = [&](int64_t j0, int buf) {
@@ -662,9 +658,9 @@ sparse_mla_flash_kernel(__nv_bfloat16 *c, const __nv_bfloat16 *qh, const __nv_bf
                 id = -1;
             }
             const __nv_bfloat16 *src = latent + (id >= 0 ? (int64_t)id * FL_R + 8 * ch : 0);
-            fl_cp_async16(dst + fl_swizzle(r, 8 * ch), src, id >= 0 ? 16 : 0);
+            cuda_cp_async16(dst + fl_swizzle(r, 8 * ch), src, id >= 0 ? 16 : 0);
         }
-        asm volatile("cp.async.commit_group;" ::: "memory");
+        cuda_cp_async_commit();
     };
     const int64_t n_tiles = (W + FL_POS - 1) / FL_POS;
     gather(0, 0);   /* one group with qh */
@@ -674,7 +670,7 @@ sparse_mla_flash_kernel(__nv_bfloat16 *c, const __nv_bfloat16 *qh, const __nv_bf
     float l_run[2] = {0.0f, 0.0f};             /* this lane's part of the sums (the quad's four added at the end) */
     for (int64_t jt = 0; jt < n_tiles; jt++) {
         const int64_t j0 = jt * FL_POS;
-        asm volatile("cp.async.wait_group 0;" ::: "memory");
+        cuda_cp_async_wait<0>();
         __syncthreads();   /* tile jt (and qh) landed for every thread; the previous tile's reads are done */
         if (jt + 1 < n_tiles) gather(j0 + FL_POS, (int)((jt + 1) & 1));
         const __nv_bfloat16 *tile = tile_s + (jt & 1) * FL_POS * FL_R;

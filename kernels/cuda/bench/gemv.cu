@@ -325,15 +325,10 @@ static void launch_v4(gpu_case &g, int i, int M) {
  * in flight: FP8 at one row stayed at 0.5-0.6 of the bandwidth floor); the ring keeps stages - 1 steps in flight
  * for no registers. A step's values, their order and the arithmetic are the register form's: the same bits.
  */
-__device__ inline void v6_cp_async16(void *dst, const void *src, int src_bytes) {   /* src_bytes 0: zeros */
-    const uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(src_bytes) : "memory");
-}
 __device__ inline void v6_cp_async4(void *dst, const void *src) {
     const uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(d), "l"(src) : "memory");
 }
-__device__ inline void v6_cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 /* Waits until at most `pending` of this thread's committed groups are still in flight (wait_group takes a
  * constant; the ring's depth is a run-time choice). */
 __device__ inline void v6_cp_async_wait(int pending) {
@@ -367,7 +362,7 @@ struct v6_ring {
 #pragma unroll
             for (int r = 0; r < R; r++) {
                 const bool real = kg < groups && t[r].row;
-                v6_cp_async16(&w[at(slot, u, r)], real ? (const void *)gemv_mma_piece<FP8>(t[r], kg, q) : any_global,
+                cuda_cp_async16(&w[at(slot, u, r)], real ? (const void *)gemv_mma_piece<FP8>(t[r], kg, q) : any_global,
                               real ? 16 : 0);
                 if (FP8) {
                     if (t[r].scale_row && kg < groups)
@@ -421,7 +416,7 @@ __device__ inline void v6_stream_ring(uint8_t *smem, const Tiles &tiles, int t_b
             if (j == 0) tiles.rows(t_begin + made / steps_per_tile, made_rows, g);
             ring.load(made % stages, made_rows, warp + GEMV_MMA_WARPS * U * j, groups, q, x);
         }
-        v6_cp_async_commit();
+        cuda_cp_async_commit();
         made++;
     };
 
