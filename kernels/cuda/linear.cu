@@ -46,6 +46,51 @@ __global__ void dequantize_kernel(act_out out, weight_ref w, int64_t rows, int64
         out.store(i, w.at(i / cols, i % cols));
 }
 
+/* dequantize_kernel's 16-byte form for FP8 weights whose rows are whole 16-byte pieces within one scale block
+ * (dequantize_fp8x16_fits): grid (ceil(cols / 16 / DEQUANT_THREADS), rows up to 65535, the rest strided), a thread
+ * takes 16 consecutive codes of a row, one scale and one 64-bit row offset for them. Each element is w.at's value
+ * (the code's exact float times the scale, or the code alone without a scale tensor), stored with act_out's
+ * rounding: the same bits. The flat form spent its time on two 64-bit divisions an element (290 us for a 12288 x
+ * 4096 weight on the H100, six times its bytes). */
+enum { DEQUANT_THREADS = 128 };
+__global__ void __launch_bounds__(DEQUANT_THREADS)
+dequantize_fp8x16_kernel(act_out out, weight_ref w, int64_t rows, int64_t cols) {
+    const int64_t c0 = ((int64_t)blockIdx.x * DEQUANT_THREADS + threadIdx.x) * 16;
+    if (c0 >= cols) return;
+    for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+        const uint4 raw = *reinterpret_cast<const uint4 *>((const uint8_t *)w.data + r * w.cols + c0);
+        const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+        const float scale = w.scale ? w.scale[(r / w.block_rows) * w.scale_stride + c0 / w.block_cols] : 0.0f;
+        float v[16];
+#pragma unroll
+        for (int e = 0; e < 16; e++) {
+            const float code = cuda_fp8_e4m3_to_float((uint8_t)(words[e / 4] >> (8 * (e % 4))));
+            v[e] = w.scale ? code * scale : code;
+        }
+        if (out.bf16) {
+            uint4 *to = reinterpret_cast<uint4 *>((__nv_bfloat16 *)out.data + r * cols + c0);
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                float piece[8];
+#pragma unroll
+                for (int e = 0; e < 8; e++) piece[e] = v[8 * h + e];
+                to[h] = cuda_float8_to_bf16x8(piece);
+            }
+        } else {
+            float4 *to = reinterpret_cast<float4 *>((float *)out.data + r * cols + c0);
+#pragma unroll
+            for (int h = 0; h < 4; h++) to[h] = make_float4(v[4 * h], v[4 * h + 1], v[4 * h + 2], v[4 * h + 3]);
+        }
+    }
+}
+
+/* Whether dequantize_fp8x16_kernel takes w: FP8, rows of whole 16-byte pieces, 16-byte aligned, and (with a scale)
+ * scale blocks of whole pieces. */
+static bool dequantize_fp8x16_fits(const weight_ref &w, int64_t cols) {
+    return w.dtype == GLM53_F8_E4M3 && cols % 16 == 0 && w.cols % 16 == 0 && (uintptr_t)w.data % 16 == 0 &&
+           (!w.scale || (w.block_cols % 16 == 0 && w.block_rows > 0));
+}
+
 /* y[M,N] = x[M,K] * w[N,K]^T for M <= MAX_M. Warp `n` owns output column n (gemv.cuh has the lane order). */
 template <int MAX_M>
 __global__ void __launch_bounds__(GEMV_THREADS)
@@ -97,6 +142,14 @@ glm53_status cuda_dequantize_weight(cuda_backend *cb, cuda_scratch *dst, const w
     size_t bytes = (size_t)(rows * cols) * glm53_dtype_size((glm53_dtype)dst_dtype);
     GLM53_TRY(dst->get(cb, bytes, "dequantised weight scratch"));
     act_out out{dst->ptr, dst_dtype == GLM53_BF16};
+    if (rows > 0 && dequantize_fp8x16_fits(w, cols)) {
+        const int64_t pieces = cols / 16;
+        const dim3 grid((unsigned)((pieces + DEQUANT_THREADS - 1) / DEQUANT_THREADS),
+                        (unsigned)(rows < 65535 ? rows : 65535));
+        dequantize_fp8x16_kernel<<<grid, DEQUANT_THREADS, 0, cb->stream>>>(out, w, rows, cols);
+        CUDA_LAUNCHED("dequantise weight");
+        return GLM53_OK;
+    }
     dequantize_kernel<<<cuda_blocks_for(rows * cols, 256), 256, 0, cb->stream>>>(out, w, rows, cols);
     CUDA_LAUNCHED("dequantise weight");
     return GLM53_OK;
