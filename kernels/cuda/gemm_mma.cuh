@@ -54,7 +54,9 @@ enum {
 /* Shared memory: two x stages [64][X_LD] BF16 (GEMM_MMA_X_BYTES each), then the weight ring, GEMM_MMA_W_STAGES
  * slots of w [128][64] FP8 or BF16 (gemm_mma_w_bytes each). */
 constexpr size_t GEMM_MMA_X_BYTES = (size_t)GEMM_MMA_BM * GEMM_MMA_X_LD * 2;
-__host__ __device__ constexpr size_t gemm_mma_w_bytes(bool fp8) { return (size_t)GEMM_MMA_BN * GEMM_MMA_BK * (fp8 ? 1 : 2); }
+__host__ __device__ constexpr size_t gemm_mma_w_bytes(bool fp8) {
+    return (size_t)GEMM_MMA_BN * GEMM_MMA_BK * (fp8 ? 1 : 2);
+}
 
 /* Dynamic shared memory: the x stages and the weight ring, or the result tile, whichever is larger. */
 static inline size_t gemm_mma_smem(bool fp8) {

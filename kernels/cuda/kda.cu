@@ -369,7 +369,8 @@ struct kda_conv_args {
     float      eps, q_scale;
 };
 
-/* grid (3 * H, ceil(max n_rows / KDA_CONV_ROWS), sequences), blockDim.x = max(dk, dv) rounded up to 32. Each
+/* grid (3 * H, ceil(max n_rows / KDA_CONV_ROWS), sequences), blockDim.x = max(dk, dv) rounded up to 32, dynamic
+ * shared memory (KDA_CONV_ROWS + K - 1) x blockDim.x floats (the block's input rows). Each
  * element gets the chain's operations: conv1d_causal's sum (rounded to raw's dtype, as its output tensor is), unary
  * SiLU (rounded), then for q and k l2norm's block sum over the head and its scaling (rounded). The block sum runs
  * over this block's warps where the l2norm op's block has 256 threads: its extra warps add +0.0 to a sum of
@@ -388,14 +389,22 @@ kda_conv_prep_kernel(const __grid_constant__ kda_conv_args a, const __grid_const
     const act_in raw = a.raw[part], ring = {sq.ring[part], raw.bf16};
     const float scale = part == 0 ? a.q_scale : 1.0f;
 
+    /* The block's input rows t0 .. t_end + K - 1 of the sequence's [zeros | history | new rows] at channel c, all
+     * loaded before the first output (a row's loads no longer wait for the previous row's block sum), into
+     * conv_in [rows][blockDim.x]. */
+    extern __shared__ float conv_in[];
+    const int64_t n_in = t_end - t0 + K - 1;
+    for (int64_t i = 0; i < n_in; i++) {
+        const int64_t r = t0 + i;
+        float x = 0.0f;
+        if (owns && r >= n_zero)
+            x = r < K - 1 ? ring[(int64_t)sq.hist[r - n_zero] * C + c] : raw[(sq.row0 + r - (K - 1)) * C + c];
+        conv_in[i * blockDim.x + threadIdx.x] = x;
+    }
+    __syncthreads();
+
     for (int64_t t = t0; t < t_end; t++) {
-        /* input row r of the sequence's [zeros | history | new rows], at channel c */
-        const auto window = [&](int64_t i) {
-            const int64_t r = t + i;
-            if (r < n_zero) return 0.0f;
-            if (r < K - 1) return ring[(int64_t)sq.hist[r - n_zero] * C + c];
-            return raw[(sq.row0 + r - (K - 1)) * C + c];
-        };
+        const auto window = [&](int64_t i) { return conv_in[(t - t0 + i) * blockDim.x + threadIdx.x]; };
         float y = 0.0f;
         if (owns) {
             const float conv = cuda_act_round(raw.bf16, conv_causal_sum(a.w[part], c, K, window));
@@ -609,7 +618,8 @@ glm53_status cuda_kda_sequences(glm53_backend *be, glm53_tensor *o, const glm53_
         if (n_conv == 0) continue;
         const dim3 grid((unsigned)(3 * H), (unsigned)((max_rows + KDA_CONV_ROWS - 1) / KDA_CONV_ROWS),
                         (unsigned)n_conv);
-        CUDA_TRY(cuda_launch(cb, kda_conv_prep_kernel, grid, conv_threads, 0, cb->pdl, args, conv));
+        const size_t conv_smem = (size_t)(KDA_CONV_ROWS + K - 1) * conv_threads * sizeof(float);
+        CUDA_TRY(cuda_launch(cb, kda_conv_prep_kernel, grid, conv_threads, conv_smem, cb->pdl, args, conv));
         CUDA_LAUNCHED("kda_sequences (conv)");
         GLM53_TRY(kda_recurrent_launch(cb, o_out, q_in, k_in, v_in, g_in, beta_in, rec, n_conv, H, dk, dv,
                                        "kda_sequences (recurrent)"));
