@@ -24,6 +24,7 @@
 # lua-penlight lua-say lua-system lua-term). CHECK_ONLY=1 stops after step 2; QUICK=1 (short budget) skips the
 # fixtures and context 8192; CORE=1 is QUICK without batch 8 and with prefill of 2048 tokens only. BASE_PACK=FILE
 # (an older pack.sh tarball) adds that build's decode profiles to step 3, under the switches BASE_ENV="VAR=1,...".
+# B8=0 skips batch 8 in step 3.
 set -u
 [ -n "${CORE:-}" ] && QUICK=1
 . tests/cuda/h200/setup.sh
@@ -91,7 +92,7 @@ base_prof() {   # base_prof BATCH CONTEXT: the older build of BASE_PACK, with th
 }
 base_prof 1 2048
 for i in $(seq 0 $last); do prof $i 1 2048; done
-[ -n "${CORE:-}" ] || { base_prof 8 2048; for i in $(seq 0 $last); do prof $i 8 2048; done; }
+[ -n "${CORE:-}" ] || [ "${B8:-1}" = 0 ] || { base_prof 8 2048; for i in $(seq 0 $last); do prof $i 8 2048; done; }
 [ -n "${QUICK:-}" ] || prof $last 1 8192
 if [ "${PREFILL:-1}" = 1 ]; then
   if [ -n "${BASE_PACK:-}" ]; then   # the older build's one-shot prefill of 2048 tokens
