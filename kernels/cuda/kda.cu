@@ -164,18 +164,12 @@ enum {
 static_assert(KDA_STAGE_ROWS <= KDA_COLUMN_THREADS && KDA_SPLIT * KDA_MAX_QUARTER <= KDA_COLUMN_THREADS,
               "a thread per staged row loads its beta and slot, a thread per element i < dk its k, q and g");
 
-/* Floats between the quarters of a staged row: the quarter's dk / 4 values rounded up to a multiple of 4, so that a
- * lane reads its quarter 16 bytes at a time (a quarter of 32 values in 8 loads rather than 32: the recurrence of a
- * token is limited by its shared-memory reads), plus 4, so that the four quarters' lanes, which read at once, hit
- * four different groups of banks. */
-__host__ __device__ inline int64_t kda_quarter_stride(int64_t dk) { return ((dk / KDA_SPLIT + 3) & ~3) + 4; }
-
-/* One stage in shared memory, floats: k, q and decay = exp(g) [KDA_STAGE_ROWS][dkp] each, dkp = KDA_SPLIT x
- * kda_quarter_stride(dk), element i of a row at (i / quarter) * stride + i % quarter; v of the block's columns
- * [KDA_STAGE_ROWS][KDA_COLS]; beta and the ring slot [KDA_STAGE_ROWS] each. Every part starts 16-byte aligned.
- * Two stages: one is computed while the next is filled. */
+/* One stage in shared memory, floats: k, q and decay = exp(g) [KDA_STAGE_ROWS][dkp] each, dkp = dk + KDA_SPLIT (a
+ * pad float after each quarter, so that the four quarters' lanes, which read rows i0 + r at once, read four banks
+ * rather than one); v of the block's columns [KDA_STAGE_ROWS][KDA_COLS]; beta and the ring slot [KDA_STAGE_ROWS]
+ * each. Two stages: one is computed while the next is filled. */
 __host__ __device__ inline int64_t kda_stage_floats(int64_t dk) {
-    return 3 * KDA_STAGE_ROWS * KDA_SPLIT * kda_quarter_stride(dk) + KDA_STAGE_ROWS * KDA_COLS + 2 * KDA_STAGE_ROWS;
+    return 3 * KDA_STAGE_ROWS * (dk + KDA_SPLIT) + KDA_STAGE_ROWS * KDA_COLS + 2 * KDA_STAGE_ROWS;
 }
 
 /* What a thread loads from global memory for a stage: issued before the current stage is computed, written to
@@ -196,14 +190,13 @@ __global__ void __launch_bounds__(KDA_COLUMN_THREADS)
 kda_recurrent_columns_kernel(act_out o, act_in q, act_in k, act_in v, const float *g, const float *beta,
                              const __grid_constant__ kda_rec_table seqs, int64_t H, int64_t dk, int64_t dv) {
     cuda_pdl_begin();
-    extern __shared__ __align__(16) float column_smem[];
+    extern __shared__ float column_smem[];
     const kda_rec_seq &sq = seqs.seq[blockIdx.z];
     const int tid = threadIdx.x;
     const int64_t h = blockIdx.x, col0 = (int64_t)blockIdx.y * KDA_COLS, col = col0 + tid / KDA_SPLIT;
     const int quarter = tid % KDA_SPLIT, rows = (int)(dk / KDA_SPLIT), i0 = quarter * rows;
     const bool owns = col < dv;
-    const int64_t qstride = kda_quarter_stride(dk), dkp = KDA_SPLIT * qstride;
-    const int64_t slot_size = H * dk * dv, head = h * dk * dv;
+    const int64_t slot_size = H * dk * dv, head = h * dk * dv, dkp = dk + KDA_SPLIT;
     const int64_t stage_floats = kda_stage_floats(dk);
 
     /* stage layout (kda_stage_floats): the offsets within one stage */
@@ -232,8 +225,8 @@ kda_recurrent_columns_kernel(act_out o, act_in q, act_in k, act_in v, const floa
             r.slot = sq.slots[1 + t0 + tid];
         }
     };
-    /* ... and from registers into a stage: decay = exp(g); element i of a row at (i / rows) * qstride + i % rows */
-    const int padded = rows > 0 ? (int)((tid / rows) * qstride + tid % rows) : 0;
+    /* ... and from registers into a stage: decay = exp(g); element i of a row at i + i / rows (the quarters' pads) */
+    const int padded = tid + (rows > 0 ? tid / rows : 0);
     const auto store = [&](float *stage, const kda_stage_regs &r, int nt) {
 #pragma unroll
         for (int n = 0; n < KDA_STAGE_KQG; n++) {
@@ -270,30 +263,19 @@ kda_recurrent_columns_kernel(act_out o, act_in q, act_in k, act_in v, const floa
         const float *stage = column_smem + stage_no * stage_floats;
         for (int tt = 0; tt < nt; tt++) {
             const int64_t row = sq.row0 + t0 + tt;
-            /* this lane's quarter of the row's k, decay and q, read 16 bytes at a time (k kept for the update) */
-            const int64_t at = tt * dkp + quarter * qstride;
-            const float4 *k4 = reinterpret_cast<const float4 *>(stage + at_k + at);
-            const float4 *d4 = reinterpret_cast<const float4 *>(stage + at_decay + at);
-            const float4 *q4 = reinterpret_cast<const float4 *>(stage + at_q + at);
-            float k_t[KDA_MAX_QUARTER];
+            const float *k_t = stage + at_k + tt * dkp + quarter * (rows + 1);   /* this lane's quarter */
+            const float *q_t = stage + at_q + tt * dkp + quarter * (rows + 1);
+            const float *decay = stage + at_decay + tt * dkp + quarter * (rows + 1);
 
             /* S <- S * exp(g) by rows; u = beta (v - S^T k): the quarter's sum, then the four added by shuffles
              * (lanes 4c .. 4c+3 hold column c; both orders of an addition give the same bits, so all four
              * agree). Every rounding is spelled out: the bits must not depend on how the compiler contracts. */
             float mem = 0.0f;
 #pragma unroll
-            for (int r4 = 0; r4 < KDA_MAX_QUARTER; r4 += 4)
-                if (r4 < rows) {
-                    const float4 kv = k4[r4 / 4], dv4 = d4[r4 / 4];
-                    const float kk[4] = {kv.x, kv.y, kv.z, kv.w}, dd[4] = {dv4.x, dv4.y, dv4.z, dv4.w};
-#pragma unroll
-                    for (int e = 0; e < 4; e++)
-                        if (r4 + e < rows) {
-                            const int r = r4 + e;
-                            k_t[r] = kk[e];
-                            s[r] = __fmul_rn(s[r], dd[e]);
-                            mem = __fmaf_rn(s[r], k_t[r], mem);
-                        }
+            for (int r = 0; r < KDA_MAX_QUARTER; r++)
+                if (r < rows) {
+                    s[r] = __fmul_rn(s[r], decay[r]);
+                    mem = __fmaf_rn(s[r], k_t[r], mem);
                 }
             mem = __fadd_rn(mem, __shfl_xor_sync(0xffffffffu, mem, 1));
             mem = __fadd_rn(mem, __shfl_xor_sync(0xffffffffu, mem, 2));
@@ -302,17 +284,10 @@ kda_recurrent_columns_kernel(act_out o, act_in q, act_in k, act_in v, const floa
             /* S <- S + k u^T; o = S^T q */
             float out = 0.0f;
 #pragma unroll
-            for (int r4 = 0; r4 < KDA_MAX_QUARTER; r4 += 4)
-                if (r4 < rows) {
-                    const float4 qv = q4[r4 / 4];
-                    const float qq[4] = {qv.x, qv.y, qv.z, qv.w};
-#pragma unroll
-                    for (int e = 0; e < 4; e++)
-                        if (r4 + e < rows) {
-                            const int r = r4 + e;
-                            s[r] = __fmaf_rn(k_t[r], u, s[r]);
-                            out = __fmaf_rn(s[r], qq[e], out);
-                        }
+            for (int r = 0; r < KDA_MAX_QUARTER; r++)
+                if (r < rows) {
+                    s[r] = __fmaf_rn(k_t[r], u, s[r]);
+                    out = __fmaf_rn(s[r], q_t[r], out);
                 }
             out = __fadd_rn(out, __shfl_xor_sync(0xffffffffu, out, 1));
             out = __fadd_rn(out, __shfl_xor_sync(0xffffffffu, out, 2));
