@@ -29,7 +29,6 @@ enum {
     MHC_PROJECT_ROWS = 8,        /* rows per stage-1 block (fewer rows than that: one block a row group anyway) */
     MHC_COLS = 512,              /* columns of x per stage-2 collapse block: 8 blocks a row at D = 4096 */
     MHC_SITE_THREADS = 96,       /* mhc_site_kernel: stage 1's 64, and a warp for the Sinkhorn of the last block */
-    MHC_POST_COLS = 64,          /* columns of an mhc_post block; its S rows of threads take one output stream each */
 };
 static_assert(MHC_CHUNK == 8 * MHC_PROJECT_THREADS, "stage 1's BF16 path: one 8-element piece of a chunk a thread");
 
@@ -436,31 +435,27 @@ mhc_site_kernel(act_out H_out, act_out x, act_out xn, float *post, float *comb, 
 }
 
 /* H_out[n][k][d] = post[n][k] y[n][d] + sum_j comb[n][j][k] H_in[n][j][d]  (comb applied transposed).
- * Grid (ceil(D / MHC_POST_COLS), rows), block (MHC_POST_COLS, S): thread (x, k) takes output stream k of column
- * d = blockIdx.x * MHC_POST_COLS + x, so no index needs a division and every load comes before the thread's one
- * store (the S threads of a column read the same S H_in values: L1 hits). Two forms before it: a thread per output
- * element of N*S*D spent most of its time on three 64-bit divisions an element (1.2 ms a call for 8,192 rows on
- * the H100, six times its bytes); a thread per column for all S streams loaded stream k + 1's post and comb after
- * storing stream k (the compiler cannot know H_out does not alias them), four load round trips a row: 6.8 us a
- * decode call against the flat form's 5.4. The operations per element and their order are the same (mhc_site's
- * post step replays them), so are the bits. */
+ * Grid (ceil(D / 256), rows): a thread takes column d of a row for all S streams, so each H_in element is read once
+ * and no index needs a division. The flat form before (a thread per output element of N*S*D) spent most of its
+ * time on three 64-bit divisions an element: 1.2 ms a call for 8,192 rows on the H100, six times its bytes. The
+ * operations per element and their order are the same (mhc_site's post step replays them), so are the bits. */
 __global__ void mhc_post_kernel(act_out H_out, act_in y, act_in H_in, const float *post, const float *comb,
                                 int64_t N, int64_t S, int64_t D) {
     cuda_pdl_begin();
-    const int64_t d = (int64_t)blockIdx.x * MHC_POST_COLS + threadIdx.x, k = threadIdx.y;
+    const int64_t d = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (d >= D) return;
     for (int64_t n = blockIdx.y; n < N; n += gridDim.y) {
-        float h[MHC_MAX_S], c[MHC_MAX_S];   /* unrolled, so that all the loads are issued before the first fma */
+        float h[MHC_MAX_S];
 #pragma unroll
-        for (int j = 0; j < MHC_MAX_S; j++) {
-            h[j] = j < S ? H_in[(n * S + j) * D + d] : 0.0f;
-            c[j] = j < S ? comb[(n * S + j) * S + k] : 0.0f;
+        for (int j = 0; j < MHC_MAX_S; j++) h[j] = j < S ? H_in[(n * S + j) * D + d] : 0.0f;
+        const float yv = y[n * D + d];
+        for (int64_t k = 0; k < S; k++) {
+            float acc = __fmul_rn(post[n * S + k], yv);
+#pragma unroll
+            for (int j = 0; j < MHC_MAX_S; j++)
+                if (j < S) acc = __fmaf_rn(comb[(n * S + j) * S + k], h[j], acc);
+            H_out.store((n * S + k) * D + d, acc);
         }
-        float acc = __fmul_rn(post[n * S + k], y[n * D + d]);
-#pragma unroll
-        for (int j = 0; j < MHC_MAX_S; j++)
-            if (j < S) acc = __fmaf_rn(c[j], h[j], acc);
-        H_out.store((n * S + k) * D + d, acc);
     }
 }
 
@@ -593,8 +588,8 @@ glm53_status cuda_mhc_post(glm53_backend *be, glm53_tensor *H_out, const glm53_t
     GLM53_TRY(cuda_enter(cb));
     if (N * S * D == 0) return GLM53_OK;
     assert(S <= MHC_MAX_S);
-    const dim3 grid((unsigned)((D + MHC_POST_COLS - 1) / MHC_POST_COLS), (unsigned)(N < 65535 ? N : 65535));
-    CUDA_TRY(cuda_launch(cb, mhc_post_kernel, grid, dim3(MHC_POST_COLS, (unsigned)S), 0, cb->pdl, cuda_act_out(H_out),
+    const dim3 grid((unsigned)((D + 255) / 256), (unsigned)(N < 65535 ? N : 65535));
+    CUDA_TRY(cuda_launch(cb, mhc_post_kernel, grid, 256, 0, cb->pdl, cuda_act_out(H_out),
                          cuda_act_in(y), cuda_act_in(H_in), (const float *)post->data, (const float *)comb->data, N, S,
                          D));
     CUDA_LAUNCHED("mhc_post");
