@@ -434,28 +434,16 @@ mhc_site_kernel(act_out H_out, act_out x, act_out xn, float *post, float *comb, 
         }
 }
 
-/* H_out[n][k][d] = post[n][k] y[n][d] + sum_j comb[n][j][k] H_in[n][j][d]  (comb applied transposed).
- * Grid (ceil(D / 256), rows): a thread takes column d of a row for all S streams, so each H_in element is read once
- * and no index needs a division. The flat form before (a thread per output element of N*S*D) spent most of its
- * time on three 64-bit divisions an element: 1.2 ms a call for 8,192 rows on the H100, six times its bytes. The
- * operations per element and their order are the same (mhc_site's post step replays them), so are the bits. */
+/* H_out[n][k][d] = post[n][k] y[n][d] + sum_j comb[n][j][k] H_in[n][j][d]  (comb applied transposed). */
 __global__ void mhc_post_kernel(act_out H_out, act_in y, act_in H_in, const float *post, const float *comb,
                                 int64_t N, int64_t S, int64_t D) {
     cuda_pdl_begin();
-    const int64_t d = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (d >= D) return;
-    for (int64_t n = blockIdx.y; n < N; n += gridDim.y) {
-        float h[MHC_MAX_S];
-#pragma unroll
-        for (int j = 0; j < MHC_MAX_S; j++) h[j] = j < S ? H_in[(n * S + j) * D + d] : 0.0f;
-        const float yv = y[n * D + d];
-        for (int64_t k = 0; k < S; k++) {
-            float acc = __fmul_rn(post[n * S + k], yv);
-#pragma unroll
-            for (int j = 0; j < MHC_MAX_S; j++)
-                if (j < S) acc = __fmaf_rn(comb[(n * S + j) * S + k], h[j], acc);
-            H_out.store((n * S + k) * D + d, acc);
-        }
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < N * S * D;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t n = i / (S * D), k = (i / D) % S, d = i % D;
+        float acc = __fmul_rn(post[n * S + k], y[n * D + d]);
+        for (int64_t j = 0; j < S; j++) acc = __fmaf_rn(comb[(n * S + j) * S + k], H_in[(n * S + j) * D + d], acc);
+        H_out.store(i, acc);
     }
 }
 
@@ -587,9 +575,7 @@ glm53_status cuda_mhc_post(glm53_backend *be, glm53_tensor *H_out, const glm53_t
     assert(glm53_tensor_numel(post) == N * S && glm53_tensor_numel(comb) == N * S * S);
     GLM53_TRY(cuda_enter(cb));
     if (N * S * D == 0) return GLM53_OK;
-    assert(S <= MHC_MAX_S);
-    const dim3 grid((unsigned)((D + 255) / 256), (unsigned)(N < 65535 ? N : 65535));
-    CUDA_TRY(cuda_launch(cb, mhc_post_kernel, grid, 256, 0, cb->pdl, cuda_act_out(H_out),
+    CUDA_TRY(cuda_launch(cb, mhc_post_kernel, cuda_blocks_for(N * S * D, 256), 256, 0, cb->pdl, cuda_act_out(H_out),
                          cuda_act_in(y), cuda_act_in(H_in), (const float *)post->data, (const float *)comb->data, N, S,
                          D));
     CUDA_LAUNCHED("mhc_post");
