@@ -13,14 +13,9 @@
  * (mma.sync m16n8k16, BF16 inputs, F32 accumulation) per 16 k-values. The 128 weight rows are two halves of 64,
  * each of its own weight (w[0] rows n[0] .., w[1] rows n[1] ..): the gate and up rows of the same outputs (the
  * SwiGLU epilogue sees both), or 128 consecutive rows of one weight. Shared memory holds two stages of
- * x [64][64 + 4] BF16 and a ring of GEMM_MMA_W_STAGES K steps of w [128][64] FP8 or BF16: the weights, read from
- * memory once, are copied by cp.async three steps ahead of the MMAs (no registers held for them); x, read from
- * L2 (a block's rows are shared by every n-tile's block) and rearranged for the MMA, goes through registers one
- * step ahead. One barrier per K step. The form before the ring held the next step's weights in registers too:
- * one step (16 KB a multiprocessor) in flight against memory's latency, and the grouped experts ran at 0.2 of
- * their bytes' floor (38 ms for gate and up of five layers at 2,048 tokens on the H100). The result tile goes
- * through shared memory ([64][128 + 4] F32) to the caller's epilogue, so stores are coalesced whatever they
- * write.
+ * x [64][64 + 4] BF16 and w [128][64] FP8 or [128][64] BF16; the next K step's global loads are in registers
+ * while the current one is computed; one barrier per K step. The result tile goes through shared memory
+ * ([64][128 + 4] F32) to the caller's epilogue, so stores are coalesced whatever they write.
  *
  * Fragments and K order (as gemv_mma.cuh): lane (g = lane / 4, q = lane % 4) reads 16 bytes of weight row g of an
  * n8 tile at byte 16 q of a chunk (64 FP8 or 32 BF16 k-values) and feeds the MMA's k-steps from them; its A
@@ -48,21 +43,18 @@ enum {
     GEMM_MMA_X_LD = 64 + 4,       /* staged x row, BF16 elements: 136 bytes (8 mod 32), so a half-warp's 8-byte A
                                      loads (4 rows, 4 lanes a row 32 bytes apart for FP8) hit 16 different banks */
     GEMM_MMA_C_LD = 128 + 4,      /* result row, floats */
-    GEMM_MMA_W_STAGES = 4,        /* K steps of weights in the ring: three in flight while one is computed */
 };
 
-/* Shared memory: two x stages [64][X_LD] BF16 (GEMM_MMA_X_BYTES each), then the weight ring, GEMM_MMA_W_STAGES
- * slots of w [128][64] FP8 or BF16 (gemm_mma_w_bytes each). */
+/* One stage of shared memory: x [64][X_LD] BF16 (GEMM_MMA_X_BYTES), then w [128][64] FP8 or BF16. */
 constexpr size_t GEMM_MMA_X_BYTES = (size_t)GEMM_MMA_BM * GEMM_MMA_X_LD * 2;
-__host__ __device__ constexpr size_t gemm_mma_w_bytes(bool fp8) {
-    return (size_t)GEMM_MMA_BN * GEMM_MMA_BK * (fp8 ? 1 : 2);
+__host__ __device__ constexpr size_t gemm_mma_stage_bytes(bool fp8) {
+    return GEMM_MMA_X_BYTES + (size_t)GEMM_MMA_BN * GEMM_MMA_BK * (fp8 ? 1 : 2);
 }
 
-/* Dynamic shared memory: the x stages and the weight ring, or the result tile, whichever is larger. */
+/* Dynamic shared memory: two stages of x and w, or the result tile, whichever is larger. */
 static inline size_t gemm_mma_smem(bool fp8) {
     const size_t result = (size_t)GEMM_MMA_BM * GEMM_MMA_C_LD * 4;
-    const size_t stages = 2 * GEMM_MMA_X_BYTES + GEMM_MMA_W_STAGES * gemm_mma_w_bytes(fp8);
-    return stages > result ? stages : result;
+    return 2 * gemm_mma_stage_bytes(fp8) > result ? 2 * gemm_mma_stage_bytes(fp8) : result;
 }
 
 /* One block tile's operands: x rows (row r of the tile is x + x_row[r] * ldx, x_row[r] < 0: a zero row) and the
@@ -75,35 +67,25 @@ struct gemm_mma_tile {
     int                  K;
 };
 
-/* The x chunks of one K step a thread loads: 64 rows x 8 chunks of 8 BF16; thread i takes chunks i and i + 256
- * (row i / 8, 8 columns at 8 (i % 8)). */
-__device__ inline void gemm_mma_fetch_x(uint4 (&x)[2], const gemm_mma_tile &t, const int64_t (&x_row)[2], int k0) {
+/* What a thread carries from global memory for one K step: 2 x chunks of 16 bytes and 2 (FP8) or 4 (BF16) w
+ * chunks. */
+template <bool FP8>
+struct gemm_mma_regs {
+    uint4 x[2];
+    uint4 w[FP8 ? 2 : 4];
+};
+
+template <bool FP8>
+__device__ inline void gemm_mma_fetch(gemm_mma_regs<FP8> &r, const gemm_mma_tile &t, const int64_t (&x_row)[2],
+                                      int k0) {
+    /* x: 64 rows x 8 chunks of 8 BF16; thread i takes chunks i and i + 256 (row i / 8, 8 columns at 8 (i % 8)) */
 #pragma unroll
     for (int j = 0; j < 2; j++) {
         const int c = (threadIdx.x % 8) * 8;
-        x[j] = x_row[j] >= 0 ? *reinterpret_cast<const uint4 *>(t.x + x_row[j] * t.ldx + k0 + c)
-                             : make_uint4(0, 0, 0, 0);
+        r.x[j] = x_row[j] >= 0 ? *reinterpret_cast<const uint4 *>(t.x + x_row[j] * t.ldx + k0 + c)
+                               : make_uint4(0, 0, 0, 0);
     }
-}
-
-/* Stores them into an x stage as the MMA reads them (FP8: times 2^64, columns 0, 2, 1, 3). */
-template <bool FP8>
-__device__ inline void gemm_mma_stash_x(__nv_bfloat16 *xs, const uint4 (&x)[2]) {
-#pragma unroll
-    for (int j = 0; j < 2; j++) {
-        const int i = threadIdx.x + j * GEMM_MMA_THREADS, row = i / 8, c = (i % 8) * 8;
-        const uint4 v = FP8 ? gemv_mma_x8_for_fp8<false>(x[j]) : x[j];
-        uint2 *to = reinterpret_cast<uint2 *>(xs + row * GEMM_MMA_X_LD + c);   /* rows are 8-byte aligned */
-        to[0] = make_uint2(v.x, v.y);
-        to[1] = make_uint2(v.z, v.w);
-    }
-}
-
-/* Issues the cp.async copies of one K step's weights into a ring slot (not waited for): 128 rows of 64 (FP8: 4
- * chunks of 16 bytes a row) or 128 (BF16: 8 chunks) bytes, chunk i (row i / chunks a row, chunk i % chunks a row)
- * at byte 16 i of the slot; rows at or past a half's end are zeros. */
-template <bool FP8>
-__device__ inline void gemm_mma_copy_w(uint8_t *ws, const gemm_mma_tile &t, int k0) {
+    /* w: 128 rows of 64 (FP8: 4 chunks of 16 bytes a row) or 128 (BF16: 8 chunks) bytes */
     constexpr int CHUNKS = FP8 ? 4 : 8, PER = FP8 ? 2 : 4;
 #pragma unroll
     for (int j = 0; j < PER; j++) {
@@ -111,16 +93,38 @@ __device__ inline void gemm_mma_copy_w(uint8_t *ws, const gemm_mma_tile &t, int 
         const bool second = row >= 64;   /* selects, not t.w[row / 64]: a runtime index would put t in local memory */
         const int64_t n = (second ? t.n[1] : t.n[0]) + row % 64, end = second ? t.end[1] : t.end[0];
         const uint8_t *w = (const uint8_t *)(second ? t.w[1].data : t.w[0].data);
-        const bool real = n < end;
-        cuda_cp_async16(ws + (size_t)i * 16, real ? w + (n * t.K + k0) * (FP8 ? 1 : 2) + 16 * c : w, real ? 16 : 0);
+        r.w[j] = n < end ? gemv_mma_load_stream(w + (n * t.K + k0) * (FP8 ? 1 : 2) + 16 * c) : make_uint4(0, 0, 0, 0);
     }
 }
 
-/* The MMAs of one K step: acc[mi][ni] (rows 32 wm + 16 mi .., weight rows 32 wn + 8 ni ..) += x w^T over 64 k,
- * FP8 chunk sums times their block scales (scale[ni], already times 2^56). xs: an x stage, ws: a ring slot. */
+/* Stores one K step's registers into a stage: x as the MMA reads it (FP8: times 2^64, columns 0, 2, 1, 3). */
 template <bool FP8>
-__device__ inline void gemm_mma_step(float (&acc)[2][4][4], const __nv_bfloat16 *xs, const uint8_t *ws,
-                                     const float (&scale)[4], int wm, int wn, int g, int q) {
+__device__ inline void gemm_mma_stash(uint8_t *stage, const gemm_mma_regs<FP8> &r) {
+    __nv_bfloat16 *xs = reinterpret_cast<__nv_bfloat16 *>(stage);
+    uint8_t *ws = stage + GEMM_MMA_X_BYTES;
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+        const int i = threadIdx.x + j * GEMM_MMA_THREADS, row = i / 8, c = (i % 8) * 8;
+        const uint4 v = FP8 ? gemv_mma_x8_for_fp8<false>(r.x[j]) : r.x[j];
+        uint2 *to = reinterpret_cast<uint2 *>(xs + row * GEMM_MMA_X_LD + c);   /* rows are 8-byte aligned */
+        to[0] = make_uint2(v.x, v.y);
+        to[1] = make_uint2(v.z, v.w);
+    }
+    constexpr int PER = FP8 ? 2 : 4;
+#pragma unroll
+    for (int j = 0; j < PER; j++) {   /* chunk i: the fetch's (row i / chunks a row, chunk i % chunks a row) */
+        const int i = threadIdx.x + j * GEMM_MMA_THREADS;
+        *reinterpret_cast<uint4 *>(ws + (size_t)i * 16) = r.w[j];
+    }
+}
+
+/* The MMAs of one stage: acc[mi][ni] (rows 32 wm + 16 mi .., weight rows 32 wn + 8 ni ..) += x w^T over 64 k,
+ * FP8 chunk sums times their block scales (scale[ni], already times 2^56). */
+template <bool FP8>
+__device__ inline void gemm_mma_step(float (&acc)[2][4][4], const uint8_t *stage, const float (&scale)[4], int wm,
+                                     int wn, int g, int q) {
+    const __nv_bfloat16 *xs = reinterpret_cast<const __nv_bfloat16 *>(stage);
+    const uint8_t *ws = stage + GEMM_MMA_X_BYTES;
     constexpr int ROW_BYTES = FP8 ? 64 : 128, CHUNK = FP8 ? 64 : 32, STEPS = FP8 ? 4 : 2, CH = FP8 ? 16 : 8;
 #pragma unroll
     for (int k = 0; k < GEMM_MMA_BK; k += CHUNK) {
@@ -173,9 +177,7 @@ __device__ inline void gemm_mma_step(float (&acc)[2][4][4], const __nv_bfloat16 
  * of; the caller gives it (it knows where a row comes from). Every thread of the block must call it. */
 template <bool FP8>
 __device__ inline const float *gemm_mma_block(uint8_t *smem, const gemm_mma_tile &t, const int64_t (&x_row)[2]) {
-    constexpr int WS = GEMM_MMA_W_STAGES;
-    const auto x_stage = [&](int i) { return reinterpret_cast<__nv_bfloat16 *>(smem + i * GEMM_MMA_X_BYTES); };
-    uint8_t *const ring = smem + 2 * GEMM_MMA_X_BYTES;
+    constexpr size_t STAGE = gemm_mma_stage_bytes(FP8);
     const int lane = threadIdx.x & 31, warp = threadIdx.x / 32, g = lane / 4, q = lane % 4;
     const int wm = warp % 2, wn = warp / 2;   /* this warp's 32 rows and 32 weight rows of the tile */
     const bool second = wn >= 2;   /* the weight half of this warp's 32 rows (selects: see gemm_mma_fetch) */
@@ -187,27 +189,13 @@ __device__ inline const float *gemm_mma_block(uint8_t *smem, const gemm_mma_tile
 #pragma unroll
         for (int ni = 0; ni < 4; ni++) acc[mi][ni][0] = acc[mi][ni][1] = acc[mi][ni][2] = acc[mi][ni][3] = 0.0f;
 
-    /* The ring's first WS - 1 steps, a cp.async group each (empty past the last step, so that the count of
-     * groups per step stays one and the wait below needs no case for the tail). */
+    gemm_mma_regs<FP8> r;
+    gemm_mma_fetch<FP8>(r, t, x_row, 0);
+    gemm_mma_stash<FP8>(smem, r);
+    __syncthreads();
     const int steps = t.K / GEMM_MMA_BK;
-#pragma unroll
-    for (int p = 0; p < WS - 1; p++) {
-        if (p < steps) gemm_mma_copy_w<FP8>(ring + p * gemm_mma_w_bytes(FP8), t, p * GEMM_MMA_BK);
-        cuda_cp_async_commit();
-    }
-    uint4 x[2];
-    gemm_mma_fetch_x(x, t, x_row, 0);
-    gemm_mma_stash_x<FP8>(x_stage(0), x);
     for (int s = 0; s < steps; s++) {
-        /* WS - 1 + s groups committed; step s's is complete when at most WS - 2 are in flight. The barrier makes
-         * every thread's copies and x stash of step s visible, and ends every warp's reads of step s - 1, whose
-         * ring slot the copies of step s + WS - 1 then take, and whose x stage the stash of step s + 1 takes. */
-        cuda_cp_async_wait<WS - 2>();
-        __syncthreads();
-        if (s + WS - 1 < steps)
-            gemm_mma_copy_w<FP8>(ring + ((s + WS - 1) % WS) * gemm_mma_w_bytes(FP8), t, (s + WS - 1) * GEMM_MMA_BK);
-        cuda_cp_async_commit();
-        if (s + 1 < steps) gemm_mma_fetch_x(x, t, x_row, (s + 1) * GEMM_MMA_BK);
+        if (s + 1 < steps) gemm_mma_fetch<FP8>(r, t, x_row, (s + 1) * GEMM_MMA_BK);
         float scale[4] = {1.0f, 1.0f, 1.0f, 1.0f};
         if (FP8) {
 #pragma unroll
@@ -221,11 +209,10 @@ __device__ inline const float *gemm_mma_block(uint8_t *smem, const gemm_mma_tile
                 scale[ni] = block_scale * GEMV_MMA_UNSCALE;
             }
         }
-        gemm_mma_step<FP8>(acc, x_stage(s % 2), ring + (s % WS) * gemm_mma_w_bytes(FP8), scale, wm, wn, g, q);
-        if (s + 1 < steps) gemm_mma_stash_x<FP8>(x_stage((s + 1) % 2), x);
+        gemm_mma_step<FP8>(acc, smem + (s % 2) * STAGE, scale, wm, wn, g, q);
+        if (s + 1 < steps) gemm_mma_stash<FP8>(smem + ((s + 1) % 2) * STAGE, r);
+        __syncthreads();
     }
-    cuda_cp_async_wait<0>();   /* only empty groups are left; the result tile below takes the same memory */
-    __syncthreads();
 
     /* C fragment: acc[mi][ni][0..1] row g, columns 2q, 2q + 1 of the n8 tile; [2..3] row g + 8 */
     float *c = reinterpret_cast<float *>(smem);
