@@ -99,6 +99,11 @@ glm53_status cuda_blocks_per_sm(cuda_backend *cb, const void *kernel, int thread
 __device__ inline void cuda_pdl_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
 __device__ inline void cuda_pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 /* The start of a kernel whose every read depends on earlier kernels: let the next one launch, then wait. */
+__device__ inline void cuda_pdl_begin() {
+    cuda_pdl_launch_dependents();
+    cuda_pdl_wait();
+}
+
 /* cp.async of 16 bytes global -> shared (L2 only, .cg); src_bytes 0 writes zeros and reads nothing (src must still
  * be a valid address). Groups: cuda_cp_async_commit closes the copies issued since the last one, cuda_cp_async_wait<N>
  * waits until at most N of this thread's groups are still in flight (a barrier then makes every thread's visible). */
@@ -109,11 +114,6 @@ __device__ inline void cuda_cp_async16(void *dst, const void *src, int src_bytes
 __device__ inline void cuda_cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N>
 __device__ inline void cuda_cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
-
-__device__ inline void cuda_pdl_begin() {
-    cuda_pdl_launch_dependents();
-    cuda_pdl_wait();
-}
 
 /* kernel<<<grid, block, smem, cb->stream>>>(args...), with programmatic dependent launch when pdl. */
 template <typename... Params, typename... Args>
@@ -301,13 +301,6 @@ struct weight_ref {
             return scale ? v * scale[(row / block_rows) * scale_stride + col / block_cols] : v;
         }
         }
-    }
-    /* Asks L2 for the line holding element (row, col), nothing returned: what a kernel may do with weights before
-     * cuda_pdl_wait, so that its loads after the wait hit L2. */
-    __device__ void prefetch_l2(int64_t row, int64_t col) const {
-        const int64_t i = row * cols + col;
-        const char *p = (const char *)data + (dtype == GLM53_F32 ? 4 * i : dtype == GLM53_F8_E4M3 ? i : 2 * i);
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
     }
 };
 

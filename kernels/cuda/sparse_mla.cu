@@ -431,45 +431,29 @@ sparse_mla_pv_kernel(float *cpart, float *mpart, float *lpart, const float *S, a
 }
 
 /* o[T,H,dv] = Wv c, c combined from the nS splits. kv_b[H*(dk+dv), R]. Block (value-row tile, h, 4-row pass).
- * Dynamic shared memory: c[4][Rp] (Rp = R rounded up to 8, zero padded), split weights, m and l [4][nS] each. */
+ * Dynamic shared memory: c[4][Rp] (Rp = R rounded up to 8, zero padded), split weights [4][nS]. */
 __global__ void __launch_bounds__(MLA_THREADS, 2)
 sparse_mla_out_kernel(act_out o, const float *cpart, const float *mpart, const float *lpart, weight_ref kv_b,
                       bool w_vec, int64_t t0, int64_t nc, int64_t H, int64_t dk, int64_t dv, int64_t R,
                       int64_t nS) {
+    cuda_pdl_begin();
     extern __shared__ __align__(16) float out_smem[];
     const int64_t Rp = (R + 7) / 8 * 8;
     float *c_s = out_smem, *wts = out_smem + MLA_ROWS * Rp;
-    float *ms_s = wts + MLA_ROWS * nS, *ls_s = ms_s + MLA_ROWS * nS;   /* the splits' m and l [4][nS] */
     const int64_t h = blockIdx.y, tl0 = (int64_t)blockIdx.z * MLA_ROWS;
     const int nt = (int)(nc - tl0 < MLA_ROWS ? nc - tl0 : MLA_ROWS);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int64_t v_row0 = h * (dk + dv) + dk;
 
-    /* The value rows this warp reads, into L2 before the wait on the previous kernel (weights are never
-     * written): no registers held, the loads after the wait find them there. One prefetch per 128-byte line. */
-    cuda_pdl_launch_dependents();
-    if (lane % 8 == 0)
-        for (int64_t e = (int64_t)blockIdx.x * OUT_ROWS + warp * 8, e_end = e + 8; e < e_end && e < dv; e++)
-            for (int64_t c0 = 8 * lane; c0 < R; c0 += 256) kv_b.prefetch_l2(v_row0 + e, c0);
-    cuda_pdl_wait();
-
-    /* the splits' m and l of the block's rows, every load in flight at once (a loop over the splits waited for
-     * each load in turn), then the split weights exp(m_s - M); M = -inf: the row has no valid position */
-    for (int64_t i = tid; i < MLA_ROWS * nS; i += blockDim.x) {
-        const int m = (int)(i / nS);
-        const int64_t s = i % nS;
-        ms_s[i] = m < nt ? mpart[(s * nc + tl0 + m) * H + h] : -INFINITY;
-        ls_s[i] = m < nt ? lpart[(s * nc + tl0 + m) * H + h] : 0.0f;
-    }
-    __syncthreads();
+    /* split weights exp(m_s - M); M = -inf: the row has no valid position */
     bool empty[MLA_ROWS];
 #pragma unroll
     for (int m = 0; m < MLA_ROWS; m++) {
         float M = -INFINITY;
-        for (int64_t s = 0; s < nS; s++) M = fmaxf(M, ms_s[m * nS + s]);
+        if (m < nt)
+            for (int64_t s = 0; s < nS; s++) M = fmaxf(M, mpart[(s * nc + tl0 + m) * H + h]);
         empty[m] = M == -INFINITY;
         for (int64_t s = tid; s < nS; s += blockDim.x) {
-            const float ms = empty[m] ? -INFINITY : ms_s[m * nS + s];
+            const float ms = empty[m] ? -INFINITY : mpart[(s * nc + tl0 + m) * H + h];
             wts[m * nS + s] = ms == -INFINITY ? 0.0f : expf(ms - M);
         }
     }
@@ -478,19 +462,11 @@ sparse_mla_out_kernel(act_out o, const float *cpart, const float *mpart, const f
     for (int m = 0; m < MLA_ROWS; m++) {
         float L = 0.0f;
         if (!empty[m])
-            for (int64_t s = 0; s < nS; s++) L += wts[m * nS + s] * ls_s[m * nS + s];
+            for (int64_t s = 0; s < nS; s++) L += wts[m * nS + s] * lpart[(s * nc + tl0 + m) * H + h];
         for (int64_t r = tid; r < Rp; r += blockDim.x) {
             float a = 0.0f;
             if (!empty[m] && r < R) {
-                for (int64_t s0 = 0; s0 < nS; s0 += 8) {   /* 8 splits' loads in flight, then added in order */
-                    float cv[8];
-#pragma unroll
-                    for (int u = 0; u < 8; u++)
-                        cv[u] = s0 + u < nS ? cpart[(((s0 + u) * nc + tl0 + m) * H + h) * R + r] : 0.0f;
-#pragma unroll
-                    for (int u = 0; u < 8; u++)
-                        if (s0 + u < nS) a += wts[m * nS + s0 + u] * cv[u];
-                }
+                for (int64_t s = 0; s < nS; s++) a += wts[m * nS + s] * cpart[((s * nc + tl0 + m) * H + h) * R + r];
                 a /= L;
             }
             c_s[m * Rp + r] = a;
@@ -499,6 +475,7 @@ sparse_mla_out_kernel(act_out o, const float *cpart, const float *mpart, const f
     __syncthreads();
 
     /* warp: value rows e0 .. e0+8, 4 at a time; lane: columns 8*lane + 256k */
+    const int64_t v_row0 = h * (dk + dv) + dk;
     for (int64_t e0 = (int64_t)blockIdx.x * OUT_ROWS + warp * 8; e0 < (int64_t)blockIdx.x * OUT_ROWS + warp * 8 + 8;
          e0 += 4) {
         float acc[4][MLA_ROWS] = {};
@@ -841,7 +818,7 @@ glm53_status cuda_sparse_mla(glm53_backend *be, glm53_tensor *o, const glm53_ten
     float *lpart = mpart + nS * chunk * H;         /* [nS,chunk,H] */
 
     const int64_t Rp = (R + 7) / 8 * 8;
-    const size_t out_smem = (size_t)(MLA_ROWS * Rp + 3 * MLA_ROWS * nS) * sizeof(float);
+    const size_t out_smem = (size_t)(MLA_ROWS * Rp + MLA_ROWS * nS) * sizeof(float);
     if (flash_form)
         GLM53_TRY(cuda_smem_optin(cb, (const void *)sparse_mla_flash_kernel, FL_SMEM, "sparse_mla (flash)"));
     else if (!gemm_form)
