@@ -79,11 +79,12 @@ glm53_status cuda_smem_optin(cuda_backend *cb, const void *kernel, size_t bytes,
     return GLM53_OK;
 }
 
-/* The performance switches' defaults: the first four on since the H100 run of 2026-12-07 checked and timed them
- * (tests/cuda/h200/decode_ab.sh; docs/performance.md); a new one is off until its first GPU run has. "0" / "1"
- * in GLM53_CUDA_<NAME> overrides a default, for an A/B or a suspected kernel. */
+/* The performance switches' defaults: the first four on since the H100 run of 2026-12-07 checked and timed them,
+ * mhc_site since a later H100 run of that day did (tests/cuda/h200/decode_ab.sh; docs/performance.md); FP8
+ * occupancy was slower where it ran. A new one is off until its first GPU run has. "0" / "1" in GLM53_CUDA_<NAME>
+ * overrides a default, for an A/B or a suspected kernel. */
 static const bool CUDA_DEFAULT_GEMV_STREAM = true, CUDA_DEFAULT_PDL = true, CUDA_DEFAULT_KDA_SEQUENCES = true,
-                  CUDA_DEFAULT_GROUPED_EXPERTS = true, CUDA_DEFAULT_MHC_SITE = false,
+                  CUDA_DEFAULT_GROUPED_EXPERTS = true, CUDA_DEFAULT_MHC_SITE = true,
                   CUDA_DEFAULT_FP8_OCCUPANCY = false;
 
 glm53_status cuda_blocks_per_sm(cuda_backend *cb, const void *kernel, int threads, size_t smem, int *blocks) {
