@@ -14,9 +14,8 @@
 #      the last variant unless QUICK (profile_step: eager, graph replay and the per-kernel table into $OUT, bundled
 #      with the prefill tables and bench_gemv.txt into $OUT/tables.tgz at the end: a call brings back few files);
 #   4. prefill of the flash slice (issue 17), the baseline and the last variant (and BASE_PACK's build, 2048 one-shot):
-#      2048 tokens one-shot and in chunks
-#      of 512, 8192 one-shot and in chunks of 2048 and 512 (one-shot only for the baseline under QUICK), the
-#      per-kernel tables of the one-shot 8192 (2048 under CORE); PREFILL=0 skips it;
+#      2048 tokens one-shot and in chunks of 512, 8192 one-shot and in chunks of 2048 and 512 (one-shot only for
+#      the baseline under QUICK), the per-kernel tables of the one-shot 8192 (2048 under CORE); PREFILL=0 skips it;
 #   5. bench_gemv --quick: every GEMV version at the real projection shapes, M = 1, 4, 16 (versions 5 must give
 #      version 4's bits: "same-v4"; the M = 1 rows are printed). GEMV=0 skips it.
 # Run there from the project root, carrying .h200 (PACK=.h200/ab.txz tests/cuda/h200/pack.sh) and .debs
