@@ -430,6 +430,38 @@ sparse_mla_pv_kernel(float *cpart, float *mpart, float *lpart, const float *S, a
     }
 }
 
+/* Combining the pv kernel's splits for row tl (of the chunk) and head h, in three pieces that the out kernel (for
+ * up to 4 rows, before Wv) and the combine kernel (one row, the GEMM form's c) share, so both give the same bits:
+ *   mla_split_weights  wts[s] = exp(m_s - M), M = max_s m_s (0 where m_s = -inf); true when the row has no valid
+ *                      position (M = -inf, or `real` false: a row past the chunk). Every thread computes M; the
+ *                      weights are spread over the block's threads, so a barrier comes before they are read.
+ *   mla_split_sum      L = sum_s wts[s] l_s, in split order;
+ *   mla_combined       column r of c: sum_s wts[s] cpart_s[r] in split order, over L. */
+__device__ inline bool mla_split_weights(float *wts, const float *mpart, int64_t tl, int64_t h, int64_t nc,
+                                         int64_t H, int64_t nS, bool real) {
+    float M = -INFINITY;
+    if (real)
+        for (int64_t s = 0; s < nS; s++) M = fmaxf(M, mpart[(s * nc + tl) * H + h]);
+    const bool empty = M == -INFINITY;
+    for (int64_t s = threadIdx.x; s < nS; s += blockDim.x) {
+        const float ms = empty ? -INFINITY : mpart[(s * nc + tl) * H + h];
+        wts[s] = ms == -INFINITY ? 0.0f : expf(ms - M);
+    }
+    return empty;
+}
+__device__ inline float mla_split_sum(const float *wts, const float *lpart, int64_t tl, int64_t h, int64_t nc,
+                                      int64_t H, int64_t nS) {
+    float L = 0.0f;
+    for (int64_t s = 0; s < nS; s++) L += wts[s] * lpart[(s * nc + tl) * H + h];
+    return L;
+}
+__device__ inline float mla_combined(const float *wts, const float *cpart, float L, int64_t tl, int64_t h,
+                                     int64_t r, int64_t nc, int64_t H, int64_t R, int64_t nS) {
+    float a = 0.0f;
+    for (int64_t s = 0; s < nS; s++) a += wts[s] * cpart[((s * nc + tl) * H + h) * R + r];
+    return a / L;
+}
+
 /* o[T,H,dv] = Wv c, c combined from the nS splits. kv_b[H*(dk+dv), R]. Block (value-row tile, h, 4-row pass).
  * Dynamic shared memory: c[4][Rp] (Rp = R rounded up to 8, zero padded), split weights [4][nS]. */
 __global__ void __launch_bounds__(MLA_THREADS, 2)
@@ -444,31 +476,18 @@ sparse_mla_out_kernel(act_out o, const float *cpart, const float *mpart, const f
     const int nt = (int)(nc - tl0 < MLA_ROWS ? nc - tl0 : MLA_ROWS);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 
-    /* split weights exp(m_s - M); M = -inf: the row has no valid position */
+    /* c of the block's rows (zeros for a row with no valid position, and in the pad past R) */
     bool empty[MLA_ROWS];
 #pragma unroll
-    for (int m = 0; m < MLA_ROWS; m++) {
-        float M = -INFINITY;
-        if (m < nt)
-            for (int64_t s = 0; s < nS; s++) M = fmaxf(M, mpart[(s * nc + tl0 + m) * H + h]);
-        empty[m] = M == -INFINITY;
-        for (int64_t s = tid; s < nS; s += blockDim.x) {
-            const float ms = empty[m] ? -INFINITY : mpart[(s * nc + tl0 + m) * H + h];
-            wts[m * nS + s] = ms == -INFINITY ? 0.0f : expf(ms - M);
-        }
-    }
+    for (int m = 0; m < MLA_ROWS; m++) empty[m] = mla_split_weights(wts + m * nS, mpart, tl0 + m, h, nc, H, nS, m < nt);
     __syncthreads();
 #pragma unroll
     for (int m = 0; m < MLA_ROWS; m++) {
         float L = 0.0f;
-        if (!empty[m])
-            for (int64_t s = 0; s < nS; s++) L += wts[m * nS + s] * lpart[(s * nc + tl0 + m) * H + h];
+        if (!empty[m]) L = mla_split_sum(wts + m * nS, lpart, tl0 + m, h, nc, H, nS);
         for (int64_t r = tid; r < Rp; r += blockDim.x) {
             float a = 0.0f;
-            if (!empty[m] && r < R) {
-                for (int64_t s = 0; s < nS; s++) a += wts[m * nS + s] * cpart[((s * nc + tl0 + m) * H + h) * R + r];
-                a /= L;
-            }
+            if (!empty[m] && r < R) a = mla_combined(wts + m * nS, cpart, L, tl0 + m, h, r, nc, H, R, nS);
             c_s[m * Rp + r] = a;
         }
     }
@@ -517,33 +536,18 @@ sparse_mla_out_kernel(act_out o, const float *cpart, const float *mpart, const f
 }
 
 /* c[t,h] = sum_s exp(m_s - M) cpart_s / sum_s exp(m_s - M) l_s (zeros for a row with no valid position): the out
- * kernel's first half on its own, for the GEMM form (see cuda_sparse_mla), in the same order: M over the splits,
- * then the weights, L, and each column's sum over the splits in order. Block (t, h) of the chunk, 128 threads over
- * R. c [nc, H, R] in the activation dtype (the GEMM's input). */
+ * kernel's first half on its own (the same helpers), for the GEMM form (see cuda_sparse_mla). Block (t, h) of the
+ * chunk, 128 threads over R. c [nc, H, R] in the activation dtype (the GEMM's input). */
 __global__ void sparse_mla_combine_kernel(act_out c, const float *cpart, const float *mpart, const float *lpart,
                                           int64_t nc, int64_t H, int64_t R, int64_t nS) {
     cuda_pdl_begin();
     extern __shared__ float combine_wts[];   /* [nS] */
     const int64_t row = blockIdx.x, tl = row / H, h = row % H;   /* row = tl * H + h of the chunk */
-    float M = -INFINITY;
-    for (int64_t s = 0; s < nS; s++) M = fmaxf(M, mpart[(s * nc + tl) * H + h]);
-    const bool empty = M == -INFINITY;
-    for (int64_t s = threadIdx.x; s < nS; s += blockDim.x) {
-        const float ms = empty ? -INFINITY : mpart[(s * nc + tl) * H + h];
-        combine_wts[s] = ms == -INFINITY ? 0.0f : expf(ms - M);
-    }
+    const bool empty = mla_split_weights(combine_wts, mpart, tl, h, nc, H, nS, true);
     __syncthreads();
-    float L = 0.0f;
-    if (!empty)
-        for (int64_t s = 0; s < nS; s++) L += combine_wts[s] * lpart[(s * nc + tl) * H + h];
-    for (int64_t r = threadIdx.x; r < R; r += blockDim.x) {
-        float a = 0.0f;
-        if (!empty) {
-            for (int64_t s = 0; s < nS; s++) a += combine_wts[s] * cpart[((s * nc + tl) * H + h) * R + r];
-            a /= L;
-        }
-        c.store(row * R + r, a);
-    }
+    const float L = empty ? 0.0f : mla_split_sum(combine_wts, lpart, tl, h, nc, H, nS);
+    for (int64_t r = threadIdx.x; r < R; r += blockDim.x)
+        c.store(row * R + r, empty ? 0.0f : mla_combined(combine_wts, cpart, L, tl, h, r, nc, H, R, nS));
 }
 
 /* ------------------------------------------------------------------------------------------------------------

@@ -362,8 +362,8 @@ struct v6_ring {
 #pragma unroll
             for (int r = 0; r < R; r++) {
                 const bool real = kg < groups && t[r].row;
-                cuda_cp_async16(&w[at(slot, u, r)], real ? (const void *)gemv_mma_piece<FP8>(t[r], kg, q) : any_global,
-                              real ? 16 : 0);
+                cuda_cp_async16(&w[at(slot, u, r)],
+                                real ? (const void *)gemv_mma_piece<FP8>(t[r], kg, q) : any_global, real ? 16 : 0);
                 if (FP8) {
                     if (t[r].scale_row && kg < groups)
                         v6_cp_async4(&scale[at(slot, u, r)], gemv_mma_scale_of(t[r], kg));
