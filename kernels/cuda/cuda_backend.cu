@@ -85,7 +85,7 @@ glm53_status cuda_smem_optin(cuda_backend *cb, const void *kernel, size_t bytes,
  * overrides a default, for an A/B or a suspected kernel. */
 static const bool CUDA_DEFAULT_GEMV_STREAM = true, CUDA_DEFAULT_PDL = true, CUDA_DEFAULT_KDA_SEQUENCES = true,
                   CUDA_DEFAULT_GROUPED_EXPERTS = true, CUDA_DEFAULT_MHC_SITE = true,
-                  CUDA_DEFAULT_FP8_OCCUPANCY = false;
+                  CUDA_DEFAULT_FP8_OCCUPANCY = false, CUDA_DEFAULT_GROUPED_WGMMA = false;
 
 glm53_status cuda_blocks_per_sm(cuda_backend *cb, const void *kernel, int threads, size_t smem, int *blocks) {
     for (int32_t i = 0; i < cb->n_occupancy; i++)
@@ -690,6 +690,7 @@ static glm53_status cuda_backend_init(cuda_backend *cb, int32_t ordinal) {
     cb->pdl = switched_on("GLM53_CUDA_PDL", CUDA_DEFAULT_PDL);
     cb->kda_sequences = switched_on("GLM53_CUDA_KDA_SEQUENCES", CUDA_DEFAULT_KDA_SEQUENCES);
     cb->grouped_experts = switched_on("GLM53_CUDA_GROUPED_EXPERTS", CUDA_DEFAULT_GROUPED_EXPERTS);
+    cb->grouped_wgmma = switched_on("GLM53_CUDA_GROUPED_WGMMA", CUDA_DEFAULT_GROUPED_WGMMA);
     cb->mhc_site = switched_on("GLM53_CUDA_MHC_SITE", CUDA_DEFAULT_MHC_SITE);
     cb->fp8_occupancy = switched_on("GLM53_CUDA_FP8_OCCUPANCY", CUDA_DEFAULT_FP8_OCCUPANCY);
 

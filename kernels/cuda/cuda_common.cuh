@@ -77,6 +77,7 @@ struct cuda_backend {
     bool            pdl;                /* programmatic dependent launch where a kernel supports it, GLM53_CUDA_PDL */
     bool            kda_sequences;      /* the fused KDA op, GLM53_CUDA_KDA_SEQUENCES (off: the op-by-op chain) */
     bool            grouped_experts;    /* prefill experts grouped on the device, GLM53_CUDA_GROUPED_EXPERTS */
+    bool            grouped_wgmma;      /* their GEMM on wgmma where the experts fit, GLM53_CUDA_GROUPED_WGMMA */
     bool            mhc_site;           /* the fused mHC site op, GLM53_CUDA_MHC_SITE (off: the op chain) */
     bool            fp8_occupancy;      /* FP8 GEMVs for 3 blocks a multiprocessor, GLM53_CUDA_FP8_OCCUPANCY */
     unsigned       *mhc_tickets;        /* device [CUDA_MHC_TICKET_ROWS], zero between mhc_site launches */

@@ -35,6 +35,7 @@
  * and every expert's rows in one launch of a tensor-core GEMM (gemm_mma.cuh) per projection, no host round trip.
  */
 #include "kernels/cuda/gemm_mma.cuh"
+#include "kernels/cuda/gemm_wgmma.cuh"
 #include "kernels/cuda/gemv.cuh"
 #include "kernels/cuda/gemv_mma.cuh"
 
@@ -194,6 +195,7 @@ struct cuda_expert_table {
     int64_t      max_width;
     bool         one_width; /* every expert with weights is max_width wide (the streaming kernels need it) */
     bool         gemm_fits; /* every expert's D and width are multiples of GEMM_MMA_BK (the grouped path needs it) */
+    bool         wgmma_fits; /* every expert's three weights suit gemm_wgmma_block (FP8, 128 x 128 scale blocks) */
     int32_t      mma_dtype; /* every expert's weights suit the tensor-core GEMV in this dtype (FP8 / BF16); -1: no */
 };
 
@@ -500,7 +502,7 @@ glm53_status cuda_prepare_experts(glm53_backend *be, glm53_expert_set *set) {
     }
     int64_t max_width = 0, min_width = INT64_MAX;
     int32_t mma_dtype = -2;   /* -2: no expert seen yet */
-    bool gemm_fits = true;
+    bool gemm_fits = true, wgmma_fits = true;
     for (int32_t e = 0; e < set->n_experts; e++) {
         cuda_expert &ex = host[(size_t)e];
         ex = cuda_expert{};
@@ -517,6 +519,8 @@ glm53_status cuda_prepare_experts(glm53_backend *be, glm53_expert_set *set) {
         bool fits = gemv_mma_weight_fits(ex.gate, D) && gemv_mma_weight_fits(ex.up, D) &&
                     gemv_mma_weight_fits(ex.down, ex.width) && ex.up.dtype == ex.gate.dtype &&
                     ex.down.dtype == ex.gate.dtype;
+        wgmma_fits = wgmma_fits && gemm_wgmma_weight_fits(ex.gate, D) && gemm_wgmma_weight_fits(ex.up, D) &&
+                     gemm_wgmma_weight_fits(ex.down, ex.width) && ex.width % 64 == 0;
         if (!fits) mma_dtype = -1;
         else if (mma_dtype == -2) mma_dtype = ex.gate.dtype;
         else if (mma_dtype != ex.gate.dtype) mma_dtype = -1;
@@ -526,6 +530,7 @@ glm53_status cuda_prepare_experts(glm53_backend *be, glm53_expert_set *set) {
     table->max_width = max_width;
     table->one_width = min_width == max_width;
     table->gemm_fits = gemm_fits;
+    table->wgmma_fits = wgmma_fits && max_width > 0;
     table->mma_dtype = mma_dtype >= 0 ? mma_dtype : -1;
     size_t bytes = host.size() * sizeof(cuda_expert);
     glm53_status st = cuda_device_alloc(cb, bytes ? bytes : 1, (void **)&table->experts, "expert table");
@@ -693,14 +698,16 @@ static glm53_status moe_experts_grouped(glm53_backend *be, glm53_tensor *y, cons
  * and whose D and widths are multiples of 64. Per chunk of up to GROUPED_CHUNK_ROWS rows, all on the device:
  *   1. count the slots of each expert (atomics; unused slots and other ranks' experts are skipped, a slot routed
  *      to an expert without weights records a fault), then one block turns the counts into each expert's first
- *      ordered slot (start) and first 64-row m-tile (tile_start; tile_start[E] = the number of m-tiles);
+ *      ordered slot (start) and first m-tile (tile_start; tile_start[E] = the number of m-tiles; an m-tile is
+ *      the GEMM's block rows: 64, or 128 for the wgmma tile);
  *   2. place every slot: at = start[e] + atomicAdd(fill[e]), row_of[at] = its x row, place[slot] = at. The order
  *      within an expert depends on the atomics' order, the bits do not: a row's products see only that row;
- *   3. gate and up with the SwiGLU (gemm_mma.cuh; block (f-tile of 64, m-tile): the m-tile's expert by binary
- *      search of tile_start, its 64 gathered x rows, gate and up rows f0 .. f0 + 64), then down (block (d-tile of
- *      128, m-tile), into F32), then the weighted sum per row in slot order (combine_kernel, the host-grouped
- *      path's).
- * The grid's m-tile dimension is the bound slots / 64 + E; blocks past the real count return at once. No host
+ *   3. gate and up with the SwiGLU (block (f-tile of 64, m-tile): the m-tile's expert by binary search of
+ *      tile_start, its gathered x rows, gate and up rows f0 .. f0 + 64), then down (block (d-tile of 128, m-tile),
+ *      into F32), then the weighted sum per row in slot order (combine_kernel, the host-grouped path's). The
+ *      block tile is gemm_wgmma.cuh's (128 rows, wgmma) where every expert is FP8 with 128 x 128 scale blocks, D
+ *      and the widths multiples of 128 and GLM53_CUDA_GROUPED_WGMMA is on; else gemm_mma.cuh's (64 rows, mma.sync).
+ * The grid's m-tile dimension is the bound slots / tile rows + E; blocks past the real count return at once. No host
  * synchronisation, six launches and two memsets per chunk whatever the number of experts, each expert's weights
  * read as stored once per chunk per f- or d-tile. Intermediates as the other paths: gate and up rounded to BF16
  * before the SwiGLU, h in BF16, expert outputs in F32, one rounding in the combine.
@@ -715,6 +722,7 @@ struct expert_groups {
     int32_t *tile_start;   /* [E + 1] first m-tile of each expert; [E]: the number of m-tiles */
     int32_t *row_of;       /* [slots] x row of ordered slot i */
     int32_t *place;        /* [slots] ordered position of slot s, -1: not computed here */
+    int32_t  tile_rows;    /* rows of an m-tile: the GEMM's block tile (64 mma.sync, 128 wgmma) */
 };
 
 /* ids [slots] (this chunk's); slot0: the chunk's first slot in the call (for the fault's position). */
@@ -739,7 +747,7 @@ __global__ void grouped_scan_kernel(expert_groups gr, int32_t n_experts) {
         gr.start[e] = at;
         gr.tile_start[e] = tiles;
         at += scan_counts[e];
-        tiles += (scan_counts[e] + GEMM_MMA_BM - 1) / GEMM_MMA_BM;
+        tiles += (scan_counts[e] + gr.tile_rows - 1) / gr.tile_rows;
     }
     gr.tile_start[n_experts] = tiles;
 }
@@ -769,17 +777,34 @@ __device__ inline int32_t grouped_tile_expert(const expert_groups &gr, int32_t n
         if (gr.tile_start[mid] <= t) lo = mid;
         else hi = mid - 1;
     }
-    *m0 = gr.start[lo] + (t - gr.tile_start[lo]) * GEMM_MMA_BM;
+    *m0 = gr.start[lo] + (t - gr.tile_start[lo]) * gr.tile_rows;
     *m_end = gr.start[lo] + gr.count[lo];
     return lo;
 }
 
+/* The block tile of the grouped GEMM: gemm_mma.cuh's (64 rows, mma.sync; FP8 or BF16 weights) or, WG,
+ * gemm_wgmma.cuh's (128 rows, wgmma; FP8 weights with 128 x 128 scale blocks). */
+template <bool FP8, bool WG>
+struct grouped_tile {
+    static_assert(FP8 || !WG, "the wgmma tile takes FP8 weights");
+    static constexpr int BM = WG ? (int)GEMM_WG_BM : (int)GEMM_MMA_BM;
+    static constexpr int THREADS = WG ? (int)GEMM_WG_THREADS : (int)GEMM_MMA_THREADS;
+    static constexpr int ROWS = BM * 8 / THREADS;   /* x rows a thread copies: tile rows tid / 8 + 32 j */
+    static constexpr int C_LD = WG ? (int)GEMM_WG_C_LD : (int)GEMM_MMA_C_LD;
+    static size_t smem() { return WG ? GEMM_WG_SMEM : gemm_mma_smem(FP8); }
+    static __device__ const float *block(uint8_t *smem, const gemm_mma_tile &t, const int64_t (&x_row)[ROWS]) {
+        if constexpr (WG) return gemm_wgmma_block(smem, t, x_row);
+        else return gemm_mma_block<FP8>(smem, t, x_row);
+    }
+};
+
 /* h[i, f] = swiglu(round(x[row_of[i]] . gate_e[f]), round(x[row_of[i]] . up_e[f])) for the ordered slots i of
- * expert e; h [slots, F] BF16. grid (ceil(F / 64), m-tile bound), gemm_mma_smem(FP8) bytes. */
-template <bool FP8>
-__global__ void __launch_bounds__(GEMM_MMA_THREADS, 2)
+ * expert e; h [slots, F] BF16. grid (ceil(F / 64), m-tile bound), Tile::THREADS threads, Tile::smem() bytes. */
+template <bool FP8, bool WG>
+__global__ void __launch_bounds__(grouped_tile<FP8, WG>::THREADS, WG ? 1 : 2)
 grouped_gate_up_kernel(__nv_bfloat16 *h, const __nv_bfloat16 *x, expert_groups gr, const cuda_expert *experts,
                        int32_t n_experts, int64_t D, int64_t F, float limit) {
+    using Tile = grouped_tile<FP8, WG>;
     extern __shared__ __align__(16) uint8_t gemm_smem[];
     const int32_t t = blockIdx.y;
     if (t >= gr.tile_start[n_experts]) return;   /* the whole block: past the real m-tiles */
@@ -787,62 +812,64 @@ grouped_gate_up_kernel(__nv_bfloat16 *h, const __nv_bfloat16 *x, expert_groups g
     const cuda_expert &ex = experts[grouped_tile_expert(gr, n_experts, t, &m0, &m_end)];
     const int64_t f0 = (int64_t)blockIdx.x * 64;
     if (f0 >= ex.width) return;
-    int64_t x_row[2];
+    int64_t x_row[Tile::ROWS];
 #pragma unroll
-    for (int j = 0; j < 2; j++) {
+    for (int j = 0; j < Tile::ROWS; j++) {
         const int32_t i = m0 + (int32_t)threadIdx.x / 8 + 32 * j;
         x_row[j] = i < m_end ? gr.row_of[i] : -1;
     }
     const gemm_mma_tile tile = {x, D, {ex.gate, ex.up}, {f0, f0}, {ex.width, ex.width}, (int)D};
-    const float *c = gemm_mma_block<FP8>(gemm_smem, tile, x_row);
-    for (int i = threadIdx.x; i < GEMM_MMA_BM * 64; i += GEMM_MMA_THREADS) {
+    const float *c = Tile::block(gemm_smem, tile, x_row);
+    for (int i = threadIdx.x; i < Tile::BM * 64; i += Tile::THREADS) {
         const int r = i / 64, col = i % 64;
         if (m0 + r >= m_end || f0 + col >= ex.width) continue;
-        const float gv = round_as_act(c[r * GEMM_MMA_C_LD + col], true);
-        const float uv = round_as_act(c[r * GEMM_MMA_C_LD + 64 + col], true);
+        const float gv = round_as_act(c[r * Tile::C_LD + col], true);
+        const float uv = round_as_act(c[r * Tile::C_LD + 64 + col], true);
         h[(int64_t)(m0 + r) * F + f0 + col] = __float2bfloat16_rn(cuda_swiglu_value(gv, uv, limit));
     }
 }
 
 /* out[i, d] = h[i, :Fe] . down_e[d] (F32) for the ordered slots i of expert e. grid (ceil(D / 128), m-tile
- * bound), gemm_mma_smem(FP8) bytes. */
-template <bool FP8>
-__global__ void __launch_bounds__(GEMM_MMA_THREADS, 2)
+ * bound), Tile::THREADS threads, Tile::smem() bytes. */
+template <bool FP8, bool WG>
+__global__ void __launch_bounds__(grouped_tile<FP8, WG>::THREADS, WG ? 1 : 2)
 grouped_down_kernel(float *out, const __nv_bfloat16 *h, expert_groups gr, const cuda_expert *experts,
                     int32_t n_experts, int64_t D, int64_t F) {
+    using Tile = grouped_tile<FP8, WG>;
     extern __shared__ __align__(16) uint8_t gemm_smem[];
     const int32_t t = blockIdx.y;
     if (t >= gr.tile_start[n_experts]) return;
     int32_t m0, m_end;
     const cuda_expert &ex = experts[grouped_tile_expert(gr, n_experts, t, &m0, &m_end)];
-    const int64_t d0 = (int64_t)blockIdx.x * GEMM_MMA_BN;
-    int64_t x_row[2];
+    const int64_t d0 = (int64_t)blockIdx.x * 128;
+    int64_t x_row[Tile::ROWS];
 #pragma unroll
-    for (int j = 0; j < 2; j++) {
+    for (int j = 0; j < Tile::ROWS; j++) {
         const int32_t i = m0 + (int32_t)threadIdx.x / 8 + 32 * j;
         x_row[j] = i < m_end ? i : -1;
     }
     const gemm_mma_tile tile = {h, F, {ex.down, ex.down}, {d0, d0 + 64}, {D, D}, (int)ex.width};
-    const float *c = gemm_mma_block<FP8>(gemm_smem, tile, x_row);
-    for (int i = threadIdx.x; i < GEMM_MMA_BM * GEMM_MMA_BN; i += GEMM_MMA_THREADS) {
-        const int r = i / GEMM_MMA_BN, col = i % GEMM_MMA_BN;
-        if (m0 + r < m_end && d0 + col < D) out[(int64_t)(m0 + r) * D + d0 + col] = c[r * GEMM_MMA_C_LD + col];
+    const float *c = Tile::block(gemm_smem, tile, x_row);
+    for (int i = threadIdx.x; i < Tile::BM * 128; i += Tile::THREADS) {
+        const int r = i / 128, col = i % 128;
+        if (m0 + r < m_end && d0 + col < D) out[(int64_t)(m0 + r) * D + d0 + col] = c[r * Tile::C_LD + col];
     }
 }
 
-template <bool FP8>
+template <bool FP8, bool WG>
 static glm53_status grouped_gemm_launch(cuda_backend *cb, __nv_bfloat16 *h, float *out, const __nv_bfloat16 *x,
                                         const expert_groups &gr, const cuda_expert_table *table, int32_t n_experts,
                                         int64_t D, int64_t F, float limit, unsigned m_tiles) {
-    const size_t smem = gemm_mma_smem(FP8);
-    GLM53_TRY(cuda_smem_optin(cb, (const void *)grouped_gate_up_kernel<FP8>, smem, "moe_experts (grouped gate, up)"));
-    GLM53_TRY(cuda_smem_optin(cb, (const void *)grouped_down_kernel<FP8>, smem, "moe_experts (grouped down)"));
-    grouped_gate_up_kernel<FP8><<<dim3((unsigned)((F + 63) / 64), m_tiles), GEMM_MMA_THREADS, smem, cb->stream>>>(
+    using Tile = grouped_tile<FP8, WG>;
+    const size_t smem = Tile::smem();
+    GLM53_TRY(cuda_smem_optin(cb, (const void *)grouped_gate_up_kernel<FP8, WG>, smem, "moe_experts (grouped gate, up)"));
+    GLM53_TRY(cuda_smem_optin(cb, (const void *)grouped_down_kernel<FP8, WG>, smem, "moe_experts (grouped down)"));
+    grouped_gate_up_kernel<FP8, WG><<<dim3((unsigned)((F + 63) / 64), m_tiles), Tile::THREADS, smem, cb->stream>>>(
         h, x, gr, table->experts, n_experts, D, F, limit);
-    CUDA_LAUNCHED("moe_experts (grouped gate, up; mma)");
-    grouped_down_kernel<FP8><<<dim3((unsigned)((D + GEMM_MMA_BN - 1) / GEMM_MMA_BN), m_tiles), GEMM_MMA_THREADS, smem,
-                               cb->stream>>>(out, h, gr, table->experts, n_experts, D, F);
-    CUDA_LAUNCHED("moe_experts (grouped down; mma)");
+    CUDA_LAUNCHED(WG ? "moe_experts (grouped gate, up; wgmma)" : "moe_experts (grouped gate, up; mma)");
+    grouped_down_kernel<FP8, WG><<<dim3((unsigned)((D + 127) / 128), m_tiles), Tile::THREADS, smem, cb->stream>>>(
+        out, h, gr, table->experts, n_experts, D, F);
+    CUDA_LAUNCHED(WG ? "moe_experts (grouped down; wgmma)" : "moe_experts (grouped down; mma)");
     return GLM53_OK;
 }
 
@@ -865,8 +892,15 @@ static glm53_status moe_experts_grouped_mma(cuda_backend *cb, glm53_tensor *y, c
     GLM53_TRY(out_buf.get(cb, (size_t)(slots_max * D) * sizeof(float), "moe_experts grouped expert outputs"));
     GLM53_TRY(index_buf.get(cb, (size_t)(4 * (E + 1) + 2 * slots_max) * sizeof(int32_t), "moe_experts groups"));
     int32_t *ints = (int32_t *)index_buf.ptr;
-    const expert_groups gr = {ints, ints + (E + 1), ints + 2 * (E + 1), ints + 3 * (E + 1), ints + 4 * (E + 1),
-                              ints + 4 * (E + 1) + slots_max};
+    /* the wgmma tile where every expert fits it (FP8, 128 x 128 scale blocks) and x's width is whole scale blocks */
+    const bool wg = cb->grouped_wgmma && table->wgmma_fits && D % 128 == 0;
+    const expert_groups gr = {ints,
+                              ints + (E + 1),
+                              ints + 2 * (E + 1),
+                              ints + 3 * (E + 1),
+                              ints + 4 * (E + 1),
+                              ints + 4 * (E + 1) + slots_max,
+                              wg ? (int32_t)GEMM_WG_BM : (int32_t)GEMM_MMA_BM};
     const int32_t *id = (const int32_t *)ids->data;
     for (int64_t n0 = 0; n0 < N; n0 += chunk_rows) {
         const int64_t rows = N - n0 < chunk_rows ? N - n0 : chunk_rows, slots = rows * K;
@@ -879,13 +913,14 @@ static glm53_status moe_experts_grouped_mma(cuda_backend *cb, glm53_tensor *y, c
         grouped_place_kernel<<<cuda_blocks_for(slots, 256), 256, 0, cb->stream>>>(gr, id + n0 * K, table->experts, E,
                                                                                   held, slots, n0, K);
         CUDA_LAUNCHED("moe_experts (grouped place)");
-        const unsigned m_tiles = (unsigned)((slots + GEMM_MMA_BM - 1) / GEMM_MMA_BM + E);
-        if (table->mma_dtype == GLM53_F8_E4M3)
-            GLM53_TRY(grouped_gemm_launch<true>(cb, (__nv_bfloat16 *)h_buf.ptr, (float *)out_buf.ptr,
-                                                (const __nv_bfloat16 *)x->data, gr, table, E, D, F, limit, m_tiles));
-        else
-            GLM53_TRY(grouped_gemm_launch<false>(cb, (__nv_bfloat16 *)h_buf.ptr, (float *)out_buf.ptr,
-                                                 (const __nv_bfloat16 *)x->data, gr, table, E, D, F, limit, m_tiles));
+        const unsigned m_tiles = (unsigned)((slots + gr.tile_rows - 1) / gr.tile_rows + E);
+        __nv_bfloat16 *h = (__nv_bfloat16 *)h_buf.ptr;
+        float *out = (float *)out_buf.ptr;
+        const __nv_bfloat16 *xb = (const __nv_bfloat16 *)x->data;
+        if (wg) GLM53_TRY((grouped_gemm_launch<true, true>(cb, h, out, xb, gr, table, E, D, F, limit, m_tiles)));
+        else if (table->mma_dtype == GLM53_F8_E4M3)
+            GLM53_TRY((grouped_gemm_launch<true, false>(cb, h, out, xb, gr, table, E, D, F, limit, m_tiles)));
+        else GLM53_TRY((grouped_gemm_launch<false, false>(cb, h, out, xb, gr, table, E, D, F, limit, m_tiles)));
         combine_kernel<<<cuda_blocks_for(rows * D, 256), 256, 0, cb->stream>>>(
             cuda_act_out(y), (const float *)out_buf.ptr, gr.place, (const float *)weights->data, n0, rows, K, D);
         CUDA_LAUNCHED("moe_experts (grouped combine)");

@@ -2169,6 +2169,7 @@ int main(int argc, char **argv) {
      * where a default leaves one off; GLM53_CUDA_<NAME>=0 in the environment still turns one off. */
     setenv("GLM53_CUDA_KDA_SEQUENCES", "1", 0);
     setenv("GLM53_CUDA_GROUPED_EXPERTS", "1", 0);
+    setenv("GLM53_CUDA_GROUPED_WGMMA", "1", 0);
     setenv("GLM53_CUDA_MHC_SITE", "1", 0);
     glm53_status st = self_test ? glm53_backend_cpu_create(0, &gpu) : glm53_backend_cuda_create(0, &gpu);
     if (st != GLM53_OK) {

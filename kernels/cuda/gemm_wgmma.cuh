@@ -1,0 +1,230 @@
+/*
+ * gemm_wgmma.cuh - the grouped prefill experts' matmul on Hopper's warpgroup MMA (wgmma, sm_90a): a block tile of
+ * 128 activation rows times 128 weight rows, K in steps of 64, FP8 E4M3 weights with 128 x 128 block scales.
+ * Private to the CUDA backend; moe.cu's grouped experts use it where every expert fits (gemm_wgmma_fits), and
+ * gemm_mma.cuh's mma.sync tile elsewhere.
+ *
+ * Why: gemm_mma.cuh's tile (64 x 128, mma.sync, each FP8 code converted in registers by both warps that read it)
+ * ran the grouped experts of an 8,192-token prefill at about 85 TFLOP/s on the H100 (0.11 of the BF16 floor), and
+ * a cp.async ring for its weights changed nothing: the time goes on instruction issue, not on waiting for memory.
+ * wgmma reads both operands from shared memory itself (no fragment loads), runs asynchronously while the threads
+ * stage the next step, and its m64n128k16 shape does 64 times the work of an m16n8k16 per instruction.
+ *
+ * Block: 256 threads, two warpgroups; warpgroup w computes tile rows 64 w .. 64 w + 63 against all 128 weight rows
+ * (wgmma m64n128k16, BF16 x BF16 -> F32, both operands from shared memory). Per K step of 64:
+ *   - cp.async brings x [128 rows][64] BF16 (gathered rows: row r of the tile is x + x_row[r] * ldx; a negative
+ *     x_row zero-fills) and the weights' codes [128 rows][64] FP8 into stage s % STAGES, STAGES - 1 steps ahead;
+ *   - each thread converts the codes it copied (two 16-byte pieces) to BF16, exactly (E4M3 -> F16 -> F32 -> BF16:
+ *     every E4M3 value is a BF16 value), into the converted buffer of the step (two, alternating);
+ *   - x and the converted weights sit in the 128-byte swizzled K-major layout wgmma reads without bank conflicts
+ *     (16-byte piece c of row r at r * 128 + ((c ^ (r % 8)) * 16), 1024-byte aligned tiles);
+ *   - the four k16 MMAs of the step are issued; they run while the threads wait for and convert the next step.
+ * Every 128 k-values (one scale block) the warpgroup waits for its MMAs and adds the block's F32 sums times the
+ * block scale of each weight half into the running sums (the scale "promotion" of DeepSeek-style FP8 GEMMs).
+ * Two barriers a step: one before a stage is refilled (both warpgroups are past the MMAs that read it), one before
+ * the next step's MMAs (every thread's copies and conversions are visible; fence.proxy.async makes the generic
+ * proxy's shared-memory writes visible to the MMA's async proxy).
+ *
+ * Precision contract: products of BF16 x and the exact weight values summed in F32 by the tensor cores over a scale
+ * block of 128 k-values (the order within it is the hardware's), times the block scale, blocks added in K order,
+ * F32 to the caller's epilogue. A row's result depends only on that x row and the weights (a wgmma row sees no
+ * other row): batch invariant within this path, the same as gemm_mma.cuh's up to F32 rounding, not in bits.
+ * Needs K % 128 == 0, weight halves starting at multiples of 64 rows, 128 x 128 scale blocks, 16-byte aligned rows.
+ */
+#ifndef GLM53_CUDA_GEMM_WGMMA_CUH
+#define GLM53_CUDA_GEMM_WGMMA_CUH
+
+#include "kernels/cuda/gemm_mma.cuh"   /* gemm_mma_tile */
+
+enum {
+    GEMM_WG_THREADS = 256,
+    GEMM_WG_BM = 128,            /* activation rows of a block tile: two warpgroups of 64 */
+    GEMM_WG_BN = 128,            /* weight rows: two halves of 64 (gemm_mma_tile's w[0], w[1]) */
+    GEMM_WG_BK = 64,             /* k-values per step: one 128-byte swizzled row of BF16 */
+    GEMM_WG_STAGES = 4,          /* cp.async stages of x and codes */
+    GEMM_WG_C_LD = 128 + 4,      /* result row, floats */
+};
+
+constexpr size_t GEMM_WG_X_BYTES = (size_t)GEMM_WG_BM * GEMM_WG_BK * 2;    /* 16 KB: x [128][64] BF16, swizzled */
+constexpr size_t GEMM_WG_WB_BYTES = (size_t)GEMM_WG_BN * GEMM_WG_BK * 2;   /* 16 KB: weights [128][64] BF16, swizzled */
+constexpr size_t GEMM_WG_W8_BYTES = (size_t)GEMM_WG_BN * GEMM_WG_BK;       /* 8 KB: codes [128][64] as copied */
+/* Dynamic shared memory: x stages, two converted buffers, code stages, and 1024 bytes to align the base. The result
+ * tile [128][C_LD] F32 (66 KB) reuses the front. */
+constexpr size_t GEMM_WG_SMEM =
+    GEMM_WG_STAGES * (GEMM_WG_X_BYTES + GEMM_WG_W8_BYTES) + 2 * GEMM_WG_WB_BYTES + 1024;
+static_assert((size_t)GEMM_WG_BM * GEMM_WG_C_LD * 4 <= GEMM_WG_SMEM - 1024, "the result tile reuses the stages");
+
+/* Whether gemm_wgmma_block takes weight w with K columns (moe.cu checks every expert's three). */
+static inline bool gemm_wgmma_weight_fits(const weight_ref &w, int64_t K) {
+    return w.dtype == GLM53_F8_E4M3 && w.scale && w.block_rows == 128 && w.block_cols == 128 && K % 128 == 0 &&
+           (uintptr_t)w.data % 16 == 0;
+}
+
+/* Byte offset of 16-byte piece c of row r in a 128-byte swizzled tile (the layout of wgmma's 128B swizzle mode,
+ * which is also TMA's CU_TENSOR_MAP_SWIZZLE_128B). */
+__device__ inline uint32_t gemm_wg_swizzle(int r, int c) { return (uint32_t)(r * 128 + ((c ^ (r & 7)) << 4)); }
+
+/* wgmma's shared-memory matrix descriptor of a K-major tile in the 128-byte swizzle: start address >> 4 (bits 0-13),
+ * leading byte offset 16 >> 4 (unused by this layout), stride byte offset 1024 >> 4 (8 rows of 128 bytes), swizzle
+ * mode 1 = 128 bytes (bits 62-63). A k16 step within the 64-wide row adds 32 bytes (2) to the start address. */
+__device__ inline uint64_t gemm_wg_desc(const void *tile) {
+    const uint32_t a = (uint32_t)__cvta_generic_to_shared(tile);
+    return (uint64_t)((a & 0x3FFFF) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
+}
+
+__device__ inline void gemm_wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ inline void gemm_wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N>
+__device__ inline void gemm_wg_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory"); }
+/* Shared-memory writes of this thread (generic proxy) made visible to wgmma's reads (async proxy). */
+__device__ inline void gemm_wg_fence_proxy() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+/* Keeps the compiler from moving accesses of d across a wgmma boundary (the MMA writes it asynchronously). */
+__device__ inline void gemm_wg_fence_operand(float (&d)[64]) {
+#pragma unroll
+    for (int i = 0; i < 64; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+/* d [64 rows of the warpgroup][128 weight rows] (+)= A (64 x 16, K-major BF16) . B (128 x 16, K-major BF16)^T;
+ * accumulate 0: d = A . B^T. Thread layout of d: warp v of the warpgroup holds rows 16 v .., lane (g = lane / 4,
+ * q = lane % 4): d[4 j + e] is row 16 v + g + 8 (e / 2), column 8 j + 2 q + e % 2 (mma.sync's C fragment per n8). */
+__device__ inline void gemm_wg_mma(float (&d)[64], uint64_t a, uint64_t b, int accumulate) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "l"(a), "l"(b), "r"(accumulate));
+}
+
+/* Two E4M3 codes (the first in the low byte) as a BF16 pair (the first in the low half), exactly. */
+__device__ inline uint32_t gemm_wg_fp8x2_to_bf16x2(uint16_t pair) {
+    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)pair, __NV_E4M3);
+    const float lo = __half2float(__ushort_as_half(h.x)), hi = __half2float(__ushort_as_half(h.y));
+    const __nv_bfloat162 b = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t *>(&b);
+}
+
+/* The block tile: c[r][col] = x row r . weight row col (col < 64: w[0] row n[0] + col, else w[1] row n[1] + col -
+ * 64), F32, left in `smem` as [128][GEMM_WG_C_LD] and returned, valid for every thread after the final barrier.
+ * x_row[j] is the x row (or -1: zeros) of tile row threadIdx.x / 8 + 32 j, whose 16-byte piece threadIdx.x % 8 of
+ * every step this thread copies. Every thread of the block must call it; blockDim.x == GEMM_WG_THREADS. */
+__device__ inline const float *gemm_wgmma_block(uint8_t *smem_raw, const gemm_mma_tile &t, const int64_t (&x_row)[4]) {
+    constexpr int ST = GEMM_WG_STAGES;
+    const int tid = threadIdx.x, wg = tid / 128, lane = tid & 31, warp_in_wg = (tid / 32) % 4;
+    /* the 1024-byte aligned base the swizzle and the descriptors assume */
+    const uint32_t raw = (uint32_t)__cvta_generic_to_shared(smem_raw);
+    uint8_t *smem = smem_raw + ((1024u - (raw & 1023u)) & 1023u);
+    uint8_t *xs = smem, *wb = smem + ST * GEMM_WG_X_BYTES, *w8 = wb + 2 * GEMM_WG_WB_BYTES;
+
+    /* this thread's two 16-byte pieces of codes a step: piece i = tid + 256 j is row i / 4 (half j), bytes
+     * 16 (i % 4) .. of the step's 64; rows at or past the half's end copy nothing and read as zero */
+    const uint8_t *w_src[2];
+    bool w_ok[2];
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+        const int row = (tid + 256 * j) / 4;   /* half j: rows 64 j .. 64 j + 63 */
+        const int64_t n = t.n[j] + row % 64;
+        w_ok[j] = n < t.end[j];
+        w_src[j] = (const uint8_t *)t.w[j].data + (w_ok[j] ? n : 0) * t.K + 16 * (tid % 4);
+    }
+    const __nv_bfloat16 *x_src[4];
+#pragma unroll
+    for (int j = 0; j < 4; j++) x_src[j] = t.x + (x_row[j] >= 0 ? x_row[j] * t.ldx : 0) + 8 * (tid % 8);
+
+    const auto load = [&](int step, int stage) {
+        const int k0 = step * GEMM_WG_BK;
+        uint8_t *xd = xs + stage * GEMM_WG_X_BYTES;
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            cuda_cp_async16(xd + gemm_wg_swizzle(tid / 8 + 32 * j, tid % 8), x_src[j] + k0, x_row[j] >= 0 ? 16 : 0);
+        uint8_t *wd = w8 + stage * GEMM_WG_W8_BYTES;
+#pragma unroll
+        for (int j = 0; j < 2; j++) cuda_cp_async16(wd + (tid + 256 * j) * 16, w_src[j] + k0, w_ok[j] ? 16 : 0);
+    };
+    /* this thread's pieces of the codes of `stage` to BF16: row r's codes 16 c .. 16 c + 15 become the row's
+     * 16-byte BF16 pieces 2 c and 2 c + 1 */
+    const auto convert = [&](int stage, int buffer) {
+        uint8_t *bd = wb + buffer * GEMM_WG_WB_BYTES;
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            const int i = tid + 256 * j, r = i / 4, c = i % 4;
+            const uint4 v = *reinterpret_cast<const uint4 *>(w8 + stage * GEMM_WG_W8_BYTES + i * 16);
+            const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+            uint32_t o[8];
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                o[2 * e] = gemm_wg_fp8x2_to_bf16x2((uint16_t)(words[e] & 0xffffu));
+                o[2 * e + 1] = gemm_wg_fp8x2_to_bf16x2((uint16_t)(words[e] >> 16));
+            }
+            *reinterpret_cast<uint4 *>(bd + gemm_wg_swizzle(r, 2 * c)) = make_uint4(o[0], o[1], o[2], o[3]);
+            *reinterpret_cast<uint4 *>(bd + gemm_wg_swizzle(r, 2 * c + 1)) = make_uint4(o[4], o[5], o[6], o[7]);
+        }
+    };
+    /* the block scales of this thread's columns (half 0: d[0..31], half 1: d[32..63]) at k-block kb */
+    const float *scale[2];   /* NULL: a half wholly past its end (zeros, whatever the scale) */
+#pragma unroll
+    for (int j = 0; j < 2; j++) scale[j] = t.n[j] < t.end[j] ? t.w[j].scale + (t.n[j] / 128) * t.w[j].scale_stride : nullptr;
+
+    const int steps = t.K / GEMM_WG_BK;   /* even: K % 128 == 0 */
+#pragma unroll
+    for (int s = 0; s < ST - 1; s++) {
+        if (s < steps) load(s, s);
+        cuda_cp_async_commit();
+    }
+    cuda_cp_async_wait<ST - 2>();
+    convert(0, 0);
+    gemm_wg_fence_proxy();
+    __syncthreads();
+
+    float d[64], sum[64];
+#pragma unroll
+    for (int i = 0; i < 64; i++) d[i] = sum[i] = 0.0f;
+    /* While the MMAs of step s run: wait for the step before's, refill the stage step s - 1 used, convert step
+     * s + 1's codes, and make step s + 1's operands visible to every MMA (the caller's barrier follows). */
+    const auto advance = [&](int s) {
+        gemm_wg_wait<1>();
+        __syncthreads();   /* both warpgroups are past the MMAs of step s - 1: its stage and buffer are free */
+        if (s + ST - 1 < steps) load(s + ST - 1, (s + ST - 1) % ST);
+        cuda_cp_async_commit();
+        if (s + 1 < steps) {
+            cuda_cp_async_wait<ST - 2>();   /* this thread's copies of step s + 1 have landed */
+            convert((s + 1) % ST, (s + 1) % 2);
+            gemm_wg_fence_proxy();
+        }
+    };
+    const auto issue = [&](int s, bool first) {   /* the step's four k16 MMAs: rows 64 wg .. of x, all 128 weights */
+        const uint64_t a = gemm_wg_desc(xs + (s % ST) * GEMM_WG_X_BYTES + wg * 64 * 128);
+        const uint64_t b = gemm_wg_desc(wb + (s % 2) * GEMM_WG_WB_BYTES);
+        gemm_wg_fence();
+#pragma unroll
+        for (int k = 0; k < GEMM_WG_BK / 16; k++) gemm_wg_mma(d, a + 2 * k, b + 2 * k, first && k == 0 ? 0 : 1);
+        gemm_wg_commit();
+    };
+    /* Two steps (one 128-k scale block) a round, so the accumulators are never in flight across the loop's back
+     * edge (ptxas inserted a wait for them there when a round was one step). */
+    for (int s = 0; s < steps; s += 2) {
+        const int kb = s / 2;   /* this k-block's scales, loaded while its MMAs run */
+        const float s0 = scale[0] ? scale[0][kb] : 0.0f, s1 = scale[1] ? scale[1][kb] : 0.0f;
+        gemm_wg_fence_operand(d);
+        issue(s, true);
+        advance(s);
+        __syncthreads();   /* step s + 1's x and converted weights are all in place */
+        issue(s + 1, false);
+        advance(s + 1);
+        gemm_wg_wait<0>();   /* the block's sums are complete */
+        gemm_wg_fence_operand(d);
+#pragma unroll
+        for (int i = 0; i < 64; i++) sum[i] = fmaf(d[i], i < 32 ? s0 : s1, sum[i]);   /* promote the block's sums */
+        __syncthreads();   /* step s + 2's operands are all in place */
+    }
+
+    /* the result tile (the stages are free: every MMA has completed, the last barrier passed) */
+    float *c = reinterpret_cast<float *>(smem);
+    const int g = lane / 4, q = lane % 4, row0 = wg * 64 + warp_in_wg * 16 + g;
+#pragma unroll
+    for (int i = 0; i < 64; i++)
+        c[(row0 + 8 * ((i % 4) / 2)) * GEMM_WG_C_LD + 8 * (i / 4) + 2 * q + (i % 2)] = sum[i];
+    __syncthreads();
+    return c;
+}
+
+#endif
