@@ -33,7 +33,9 @@
  * cuda_silu, cuda_block_sum and the l2norm helpers, the recurrence kernels themselves), and every value the chain
  * would have stored in an activation tensor is rounded to that dtype at the same point (cuda_act_round).
  *
- * Both are token-by-token forms; the chunked (WY) form on tensor cores is the prefill issue's next step.
+ * Both are token-by-token forms. The chunked (WY / UT) form, for prefill behind GLM53_CUDA_KDA_CHUNKED (off by
+ * default: it has not run on a GPU), has its own section below: F32 FMAs on the CUDA cores, agreeing with the
+ * token kernel to F32 rounding rather than in bits; decode and verification keep the token kernel.
  */
 #include "kernels/cuda/cuda_common.cuh"
 
