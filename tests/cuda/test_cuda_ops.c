@@ -2271,6 +2271,7 @@ static void run_benches(void) {
     bench_matmul(1, 154880, 4096, BF16);
     bench_kda(1);
     bench_kda(64);
+    bench_kda(8192);   /* a long prefill: the chunked form's case under GLM53_CUDA_KDA_CHUNKED=1 */
     bench_sparse_mla(1);
     bench_sparse_mla(16);
     bench_moe(1);
