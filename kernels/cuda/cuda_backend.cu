@@ -85,7 +85,9 @@ glm53_status cuda_smem_optin(cuda_backend *cb, const void *kernel, size_t bytes,
  * overrides a default, for an A/B or a suspected kernel. */
 static const bool CUDA_DEFAULT_GEMV_STREAM = true, CUDA_DEFAULT_PDL = true, CUDA_DEFAULT_KDA_SEQUENCES = true,
                   CUDA_DEFAULT_GROUPED_EXPERTS = true, CUDA_DEFAULT_MHC_SITE = true,
-                  CUDA_DEFAULT_FP8_OCCUPANCY = false, CUDA_DEFAULT_GROUPED_WGMMA = false;
+                  CUDA_DEFAULT_FP8_OCCUPANCY = false, CUDA_DEFAULT_GROUPED_WGMMA = false,
+                  CUDA_DEFAULT_KDA_CHUNKED = false;
+static const int64_t CUDA_DEFAULT_KDA_CHUNK_PIECE = 4096;   /* chunk-heads of scratch a piece (kda.cu) */
 
 glm53_status cuda_blocks_per_sm(cuda_backend *cb, const void *kernel, int threads, size_t smem, int *blocks) {
     for (int32_t i = 0; i < cb->n_occupancy; i++)
@@ -693,6 +695,9 @@ static glm53_status cuda_backend_init(cuda_backend *cb, int32_t ordinal) {
     cb->grouped_wgmma = switched_on("GLM53_CUDA_GROUPED_WGMMA", CUDA_DEFAULT_GROUPED_WGMMA);
     cb->mhc_site = switched_on("GLM53_CUDA_MHC_SITE", CUDA_DEFAULT_MHC_SITE);
     cb->fp8_occupancy = switched_on("GLM53_CUDA_FP8_OCCUPANCY", CUDA_DEFAULT_FP8_OCCUPANCY);
+    cb->kda_chunked = switched_on("GLM53_CUDA_KDA_CHUNKED", CUDA_DEFAULT_KDA_CHUNKED);
+    const char *piece = getenv("GLM53_CUDA_KDA_CHUNK_PIECE");   /* a size, not a switch: tests make pieces small */
+    cb->kda_chunk_piece = piece && atoll(piece) > 0 ? atoll(piece) : CUDA_DEFAULT_KDA_CHUNK_PIECE;
 
     cb->allocator = new (std::nothrow) cuda_allocator();
     if (!cb->allocator) return GLM53_FAIL(GLM53_ERR_OUT_OF_MEMORY, "cuda: no host memory for the allocator");

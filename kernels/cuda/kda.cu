@@ -33,7 +33,9 @@
  * cuda_silu, cuda_block_sum and the l2norm helpers, the recurrence kernels themselves), and every value the chain
  * would have stored in an activation tensor is rounded to that dtype at the same point (cuda_act_round).
  *
- * Both are token-by-token forms; the chunked (WY) form on tensor cores is the prefill issue's next step.
+ * Both are token-by-token forms. The chunked (WY / UT) form, for prefill behind GLM53_CUDA_KDA_CHUNKED (off by
+ * default: it has not run on a GPU), has its own section below: F32 FMAs on the CUDA cores, agreeing with the
+ * token kernel to F32 rounding rather than in bits; decode and verification keep the token kernel.
  */
 #include "kernels/cuda/cuda_common.cuh"
 
@@ -310,6 +312,467 @@ kda_recurrent_columns_kernel(act_out o, act_in q, act_in k, act_in v, const floa
 }
 
 /* ------------------------------------------------------------------------------------------------------------
+ * The chunked form (prefill, behind GLM53_CUDA_KDA_CHUNKED; docs/cuda.md). Why: the column-split kernel above is
+ * latency-bound (each token is two dependent sums over the state's rows, and tokens follow one another): 11 ms a
+ * layer for 8,192 tokens at 64 heads of 128 x 128 on the H100. Over a chunk of C = 32 rows from the state S0 before
+ * it, the recurrence is a few dense products with no dependence between tokens (the WY / UT form; the derivation,
+ * and a CPU model of exactly these kernels checked against the recurrence, in tests/c/test_kda_chunked.c):
+ *   b_t = g_0 + ... + g_t (per key channel),  A[t,s] = sum_c k_t k_s exp(b_t - b_s) (s < t),
+ *   T = (I + Diag(beta) A)^-1,  W = T Diag(beta) (exp(b) * K),  Ut = T Diag(beta) V,  Qb = exp(b) * Q,
+ *   Mqk[t,s] = sum_c q_t k_s exp(b_t - b_s) (s <= t),  Kd[s] = exp(b_last - b_s) * k_s,  decay = exp(b_last)
+ *   U = Ut - W S0,   O = Qb S0 + Mqk U,   S_C = decay * S0 + Kd^T U
+ * No exponent is positive, and each is a sum of the g it spans taken from at most a sub-chunk (16 rows) away
+ * (pairwise inside a sub-chunk, through the boundary between the two across it), so no factor overflows and none
+ * near 1 carries the rounding of a long prefix sum.
+ *
+ * Two kernels per piece of the batch's chunks:
+ *   kda_chunk_intra_kernel, a block per (chunk, head, sequence), 128 threads: everything above that does not
+ *     depend on S0 (A and Mqk, T by forward substitution, W, Ut, Qb, Kd, decay) into F32 scratch,
+ *     kda_chunk_floats(dk, dv) floats a chunk and head (70,144 bytes at 128 x 128).
+ *   kda_chunk_inter_kernel, a block per (head, 64 state columns, sequence), 256 threads, walks the sequence's
+ *     chunks in order with its part of S: U = Ut - W S and Qb S (one product of [W; Qb] [64, dk] by S), O, then
+ *     S_C; each chunk's scratch is copied into shared memory (cp.async) while the one before is computed.
+ *   A chunk with a row whose state the ring keeps (slots[1 + t] >= 0: the last `ring` rows of a prefill) walks
+ *     its rows instead of taking S_C: S = exp(g_t) * S + k_t u_t^T with the chunk's u, the token kernel's
+ *     operations for that update, writing each state asked for. The last row's state always goes to a slot (the
+ *     contract), so the state that ends a sequence is a walked one.
+ * The products are F32 FMAs on the CUDA cores, each a plain sum in a fixed order (tests/c/test_kda_chunked.c
+ * models it); each of them is a tile product that tensor cores could take over (3xTF32 or split BF16 to keep F32
+ * accuracy).
+ *
+ * Cost per chunk and head at dk = dv = 128: intra 0.56 MFLOP (A and Mqk 528 pairs x 128 x 2, W and Ut 528 x 128
+ * each, T 5 k) and 41 k exponentials; inter 3.3 MFLOP (2 x 32 x 128 x 128 for [W; Qb] S, 528 x 128 for Mqk U,
+ * 32 x 128 x 128 for Kd^T U). 8,192 tokens x 64 heads = 16,384 chunk-heads: 63 GFLOP, 1.3 ms at the ~50 TFLOP/s
+ * of F32 FMAs an H100 sustains, against 11 ms for the token kernel; scratch traffic 1.15 GB written and read
+ * once more, about 0.7 ms of HBM if it did not overlap (the inter kernel's copies run ahead of its products).
+ * Expected about 1.5-2 ms a layer. NOT RUN ON A GPU YET (2026-12-08): compiled with nvcc, the math checked on
+ * the CPU model only.
+ *
+ * Precision: the sums are reordered, so the chunked form agrees with the CPU op (and with the token kernel) to F32
+ * rounding, not bit for bit; prefill in pieces of different sizes agrees to rounding. Decode and verification
+ * (fewer than KDA_CHUNKED_MIN_ROWS rows) keep the token kernel and its bits.
+ */
+enum {
+    KDA_CHUNK = 32,               /* rows a chunk */
+    KDA_SUB = 16,                 /* rows a sub-chunk */
+    KDA_CHUNK_MAX_DK = 128,       /* key widths the chunked kernels take */
+    KDA_CHUNKED_MIN_ROWS = 64,    /* a sequence of fewer rows keeps the token kernel (decode, verification) */
+    KDA_INTRA_THREADS = 128,      /* a thread per key channel */
+    KDA_INTER_COLS = 64,          /* state columns an inter-chunk block carries */
+    KDA_INTER_THREADS = 256,      /* 16 x 16 threads: row groups x groups of 4 columns */
+    KDA_CHUNK_PAIRS = KDA_CHUNK * (KDA_CHUNK + 1) / 2,   /* (t, s), s <= t */
+    KDA_MQK_STRIDE = KDA_CHUNK + 4,                      /* shared rows of A, Mqk, Tb: 16-byte multiples */
+    KDA_INTER_STRIDE = KDA_INTER_COLS + 4,               /* shared rows of S, U and Qb S */
+};
+static_assert(KDA_CHUNK == 2 * KDA_SUB, "a chunk is two sub-chunks: one block of pairs across them");
+static_assert(KDA_CHUNK == 32, "the forward substitution: a lane per column of T; phase B: 2 rows x 16 groups");
+static_assert(KDA_INTRA_THREADS >= KDA_CHUNK_MAX_DK, "the intra kernel: a thread per key channel");
+static_assert(KDA_INTER_THREADS == 16 * (KDA_INTER_COLS / 4) && KDA_CHUNK_MAX_DK == 16 * 8,
+              "the inter kernel: 16 row groups (4 rows of [W; Qb], 2 of O, 8 of S) x 16 groups of 4 columns");
+
+/* One sequence's part of a piece: its chunks chunk0 .. chunk0 + n_chunks - 1 (chunk c = rows 32c .. 32c + 31 of the
+ * sequence, the last one partial), whose scratch starts at chunk index `base` of the piece. */
+struct kda_chunk_seq {
+    float         *states;     /* [ring, H, dk, dv] */
+    const int32_t *slots;      /* [T + 1], as kda_rec_seq's */
+    int32_t        row0, T;    /* the sequence's rows of the batch */
+    int32_t        chunk0, n_chunks, base;
+    int32_t        carry;      /* KDA_CARRY_IN: S0 from the carry buffer, not slots[0]; KDA_CARRY_OUT: S to it */
+};
+enum { KDA_CARRY_IN = 1, KDA_CARRY_OUT = 2 };
+
+struct kda_chunk_table {
+    kda_chunk_seq seq[KDA_SEQS_PER_LAUNCH];
+};
+
+/* A chunk-head's scratch, offsets in floats: W, Qb, Kd [KDA_CHUNK, dk], Ut [KDA_CHUNK, dv], Mqk [KDA_CHUNK,
+ * KDA_CHUNK] (zero above the diagonal), decay [dk]. Every part a multiple of 4 floats (dk, dv multiples of 4). */
+struct kda_chunk_layout {
+    int64_t W, Qb, Kd, Ut, Mqk, decay, size;
+};
+__host__ __device__ inline kda_chunk_layout kda_chunk_layout_of(int64_t dk, int64_t dv) {
+    kda_chunk_layout l;
+    l.W = 0, l.Qb = KDA_CHUNK * dk, l.Kd = 2 * KDA_CHUNK * dk, l.Ut = 3 * KDA_CHUNK * dk;
+    l.Mqk = l.Ut + KDA_CHUNK * dv, l.decay = l.Mqk + KDA_CHUNK * KDA_CHUNK, l.size = l.decay + dk;
+    return l;
+}
+
+/* Dynamic shared memory of the intra kernel, floats (dkp = dk + 4): k, q, g, P [KDA_CHUNK][dkp]; the factored
+ * block's rows kt1, qt1, ks0 [KDA_SUB][dkp]; A, Mqk, Tb [KDA_CHUNK][KDA_MQK_STRIDE]; beta [KDA_CHUNK]. */
+static inline int64_t kda_intra_smem_floats(int64_t dk) {
+    return (4 * KDA_CHUNK + 3 * KDA_SUB) * (dk + 4) + 3 * KDA_CHUNK * KDA_MQK_STRIDE + KDA_CHUNK;
+}
+
+/* grid (chunks of the piece's longest entry, H, entries), KDA_INTRA_THREADS threads, kda_intra_smem_floats(dk)
+ * floats of dynamic shared memory. q, k [N,H,dk], v [N,H,dv] activations, g [N,H,dk], beta [N,H] F32; scratch
+ * [chunks of the piece][H][kda_chunk_layout.size] F32. The same arithmetic as tests/c/test_kda_chunked.c's
+ * model_intra, up to FMA contraction. */
+__global__ void __launch_bounds__(KDA_INTRA_THREADS)
+kda_chunk_intra_kernel(act_in q, act_in k, act_in v, const float *g, const float *beta,
+                       const __grid_constant__ kda_chunk_table seqs, float *scratch, int64_t H, int64_t dk,
+                       int64_t dv) {
+    cuda_pdl_begin();
+    const kda_chunk_seq &sq = seqs.seq[blockIdx.z];
+    if ((int)blockIdx.x >= sq.n_chunks) return;
+    const int tid = threadIdx.x;
+    const int64_t h = blockIdx.y, t0 = (int64_t)(sq.chunk0 + blockIdx.x) * KDA_CHUNK;
+    const int n = (int)(sq.T - t0 < KDA_CHUNK ? sq.T - t0 : KDA_CHUNK);   /* rows of this chunk; the rest zero */
+    const int64_t dkp = dk + 4, M = KDA_MQK_STRIDE;
+    const kda_chunk_layout lay = kda_chunk_layout_of(dk, dv);
+    float *out = scratch + ((int64_t)(sq.base + blockIdx.x) * H + h) * lay.size;
+
+    extern __shared__ __align__(16) float intra_smem[];
+    float *s_k = intra_smem, *s_q = s_k + KDA_CHUNK * dkp, *s_g = s_q + KDA_CHUNK * dkp, *s_P = s_g + KDA_CHUNK * dkp;
+    float *kt1 = s_P + KDA_CHUNK * dkp, *qt1 = kt1 + KDA_SUB * dkp, *ks0 = qt1 + KDA_SUB * dkp;
+    float *s_A = ks0 + KDA_SUB * dkp, *s_M = s_A + KDA_CHUNK * M, *s_Tb = s_M + KDA_CHUNK * M;
+    float *s_beta = s_Tb + KDA_CHUNK * M;
+
+    /* The rows, by key channel (thread i, coalesced over i), zero past n; P the running sum of g from each
+     * sub-chunk's first row; then this channel of the factored block: ks0 = k_s exp(g_{s+1} + ... + g_15) for
+     * s < 16, kt1 = k_t exp(P_t) and qt1 = q_t exp(P_t) for t >= 16. */
+    const int i = tid;
+    if (i < dk) {
+        float P = 0.0f;
+        for (int t = 0; t < KDA_CHUNK; t++) {
+            const int64_t at = ((sq.row0 + t0 + t) * H + h) * dk + i;
+            const bool in = t < n;
+            const float gv = in ? g[at] : 0.0f;
+            P = (t % KDA_SUB > 0 ? P : 0.0f) + gv;
+            s_k[t * dkp + i] = in ? k[at] : 0.0f;
+            s_q[t * dkp + i] = in ? q[at] : 0.0f;
+            s_g[t * dkp + i] = gv;
+            s_P[t * dkp + i] = P;
+        }
+        float after = 0.0f;
+        for (int s = KDA_SUB - 1; s >= 0; s--) {
+            ks0[s * dkp + i] = s_k[s * dkp + i] * expf(after);
+            after += s_g[s * dkp + i];
+        }
+        for (int t = 0; t < KDA_SUB; t++) {
+            const float e = expf(s_P[(KDA_SUB + t) * dkp + i]);
+            kt1[t * dkp + i] = s_k[(KDA_SUB + t) * dkp + i] * e;
+            qt1[t * dkp + i] = s_q[(KDA_SUB + t) * dkp + i] * e;
+        }
+    }
+    if (tid < KDA_CHUNK) s_beta[tid] = tid < n ? beta[(sq.row0 + t0 + tid) * H + h] : 0.0f;
+    for (int e = tid; e < 2 * KDA_CHUNK * M; e += blockDim.x) s_A[e] = 0.0f;   /* A and Mqk: zero above the diagonal */
+    __syncthreads();
+
+    /* A[t][s] (s < t) and Mqk[t][s] (s <= t), a pair a thread: pairwise decays when t and s share a sub-chunk,
+     * else the factored rows. Sums over the channels in order. */
+    for (int p = tid; p < KDA_CHUNK_PAIRS; p += blockDim.x) {
+        int t = 0;
+        while ((t + 1) * (t + 2) / 2 <= p) t++;
+        const int s = p - t * (t + 1) / 2;
+        float a = 0.0f, m = 0.0f;
+        if (t / KDA_SUB == s / KDA_SUB) {
+            const float *kt = s_k + t * dkp, *qt = s_q + t * dkp, *ks = s_k + s * dkp;
+            const float *Pt = s_P + t * dkp, *Ps = s_P + s * dkp;
+            for (int64_t c = 0; c < dk; c += 4) {
+                const float4 k4 = *(const float4 *)(kt + c), q4 = *(const float4 *)(qt + c);
+                const float4 s4 = *(const float4 *)(ks + c), pt = *(const float4 *)(Pt + c);
+                const float4 ps = *(const float4 *)(Ps + c);
+                const float kv[4] = {k4.x, k4.y, k4.z, k4.w}, qv[4] = {q4.x, q4.y, q4.z, q4.w};
+                const float sv[4] = {s4.x, s4.y, s4.z, s4.w}, tv[4] = {pt.x, pt.y, pt.z, pt.w};
+                const float uv[4] = {ps.x, ps.y, ps.z, ps.w};
+#pragma unroll
+                for (int r = 0; r < 4; r++) {
+                    const float e = expf(tv[r] - uv[r]);
+                    a = fmaf(kv[r] * e, sv[r], a);
+                    m = fmaf(qv[r] * e, sv[r], m);
+                }
+            }
+        } else {
+            const float *kt = kt1 + (t - KDA_SUB) * dkp, *qt = qt1 + (t - KDA_SUB) * dkp, *ks = ks0 + s * dkp;
+            for (int64_t c = 0; c < dk; c += 4) {
+                const float4 k4 = *(const float4 *)(kt + c), q4 = *(const float4 *)(qt + c);
+                const float4 s4 = *(const float4 *)(ks + c);
+                a = fmaf(k4.x, s4.x, a), a = fmaf(k4.y, s4.y, a), a = fmaf(k4.z, s4.z, a), a = fmaf(k4.w, s4.w, a);
+                m = fmaf(q4.x, s4.x, m), m = fmaf(q4.y, s4.y, m), m = fmaf(q4.z, s4.z, m), m = fmaf(q4.w, s4.w, m);
+            }
+        }
+        if (s < t) s_A[t * M + s] = a;
+        s_M[t * M + s] = m;
+    }
+    __syncthreads();
+
+    /* T = (I + Diag(beta) A)^-1 by forward substitution, lane r owning column r in registers:
+     * T[t][r] = -beta_t sum_{s<t} A[t][s] T[s][r] (T[s][r] = 0 for s < r, so the sum runs from r in effect);
+     * then Tb = T Diag(beta). One warp; the sums of a row overlap the previous row's. */
+    if (tid < KDA_CHUNK) {
+        const int r = tid;
+        float tc[KDA_CHUNK];
+#pragma unroll
+        for (int t = 0; t < KDA_CHUNK; t++) {
+            float acc = 0.0f;
+#pragma unroll
+            for (int s = 0; s < t; s++) acc = fmaf(s_A[t * M + s], tc[s], acc);
+            tc[t] = t < r ? 0.0f : t == r ? 1.0f : -s_beta[t] * acc;
+        }
+        const float br = s_beta[r];
+#pragma unroll
+        for (int t = 0; t < KDA_CHUNK; t++) s_Tb[t * M + r] = tc[t] * br;
+    }
+    __syncthreads();
+
+    /* By key channel: b = g_0 + ... + g_u, Qb = exp(b) q, W = Tb (exp(b) k), decay = exp(b_last), and
+     * Kd = exp(g_{u+1} + ... + g_31) k summed backwards. */
+    if (i < dk) {
+        float kb[KDA_CHUNK], b = 0.0f, after = 0.0f;
+#pragma unroll
+        for (int u = 0; u < KDA_CHUNK; u++) {
+            b += s_g[u * dkp + i];
+            const float eb = expf(b);
+            out[lay.Qb + u * dk + i] = s_q[u * dkp + i] * eb;
+            kb[u] = s_k[u * dkp + i] * eb;
+        }
+        out[lay.decay + i] = expf(b);
+        for (int u = KDA_CHUNK - 1; u >= 0; u--) {
+            out[lay.Kd + u * dk + i] = s_k[u * dkp + i] * expf(after);
+            after += s_g[u * dkp + i];
+        }
+#pragma unroll
+        for (int t = 0; t < KDA_CHUNK; t++) {
+            float w = 0.0f;
+#pragma unroll
+            for (int u = 0; u <= t; u++) w = fmaf(s_Tb[t * M + u], kb[u], w);
+            out[lay.W + t * dk + i] = w;
+        }
+    }
+    /* By value column: Ut = Tb V. (The empty asm keeps the compiler from hoisting Tb's 528 loads out of the loop,
+     * which would hold them all in registers for the columns past the first and spill.) */
+    for (int64_t j = tid; j < dv; j += blockDim.x) {
+        asm volatile("" ::: "memory");
+        float vc[KDA_CHUNK];
+#pragma unroll
+        for (int u = 0; u < KDA_CHUNK; u++) vc[u] = u < n ? v[((sq.row0 + t0 + u) * H + h) * dv + j] : 0.0f;
+#pragma unroll
+        for (int t = 0; t < KDA_CHUNK; t++) {
+            float acc = 0.0f;
+#pragma unroll
+            for (int u = 0; u <= t; u++) acc = fmaf(s_Tb[t * M + u], vc[u], acc);
+            out[lay.Ut + t * dv + j] = acc;
+        }
+    }
+    for (int e = tid; e < KDA_CHUNK * KDA_CHUNK; e += blockDim.x)
+        out[lay.Mqk + e] = s_M[(e / KDA_CHUNK) * M + e % KDA_CHUNK];
+}
+
+/* One chunk's scratch in the inter kernel's shared memory, floats (dkp = dk + 4): W, Qb, Kd [KDA_CHUNK][dkp], Mqk
+ * [KDA_CHUNK][KDA_MQK_STRIDE], the block's columns of Ut [KDA_CHUNK][KDA_INTER_COLS], decay [dkp]. */
+__host__ __device__ inline int64_t kda_inter_stage_floats(int64_t dk) {
+    return 3 * KDA_CHUNK * (dk + 4) + KDA_CHUNK * KDA_MQK_STRIDE + KDA_CHUNK * KDA_INTER_COLS + (dk + 4);
+}
+/* Dynamic shared memory of the inter kernel, floats: two stages, then S [dk][KDA_INTER_STRIDE], U and Qb S
+ * [KDA_CHUNK][KDA_INTER_STRIDE]. 180,256 bytes at dk = 128. */
+static inline int64_t kda_inter_smem_floats(int64_t dk) {
+    return 2 * kda_inter_stage_floats(dk) + (dk + 2 * KDA_CHUNK) * KDA_INTER_STRIDE;
+}
+
+/* grid (H, ceil(dv / KDA_INTER_COLS), entries), KDA_INTER_THREADS threads, kda_inter_smem_floats(dk) floats of
+ * dynamic shared memory; one block a multiprocessor (128 blocks at 64 heads of 128 columns: one wave). Thread
+ * (rg = tid / 16, cg = tid % 16) takes columns col0 + 4cg .. + 3 (none past dv, which is a multiple of 4) and
+ *   phase A: rows 4 (rg % 8) .. + 3 of W (rg < 8) or of Qb (rg >= 8) times S: U = Ut - W S, Qb S;
+ *   phase B: rows 2rg, 2rg + 1 of O = Qb S + Mqk U (stored);
+ *   phase C: rows 8rg .. 8rg + 7 of S (kept in registers from chunk to chunk): S = decay * S + Kd^T U, or the
+ *     walk over the chunk's rows when one of them asks for its state.
+ * The state comes from states[slots[0]] (or the carry buffer when the piece before ended inside this sequence)
+ * and is read before any snapshot is written, so a ring of one is safe; carry_out gets the piece's last state
+ * when the sequence goes on in the next piece. The same arithmetic as test_kda_chunked.c's model_inter, up to FMA
+ * contraction; the walk has the token kernel's operations. */
+__global__ void __launch_bounds__(KDA_INTER_THREADS, 1)
+kda_chunk_inter_kernel(act_out o, act_in k, const float *g, const __grid_constant__ kda_chunk_table seqs,
+                       const float *scratch, const float *carry_in, float *carry_out, int64_t H, int64_t dk,
+                       int64_t dv) {
+    cuda_pdl_begin();
+    const kda_chunk_seq &sq = seqs.seq[blockIdx.z];
+    const int tid = threadIdx.x, rg = tid / 16, cg = tid % 16;
+    const int64_t h = blockIdx.x, col0 = (int64_t)blockIdx.y * KDA_INTER_COLS, c4 = col0 + 4 * cg;
+    const bool cols_in = c4 < dv;
+    const int64_t dkp = dk + 4, SP = KDA_INTER_STRIDE, M = KDA_MQK_STRIDE, slot_size = H * dk * dv, head = h * dk * dv;
+    const kda_chunk_layout lay = kda_chunk_layout_of(dk, dv);
+    const int64_t stage = kda_inter_stage_floats(dk);
+    const int64_t at_Qb = KDA_CHUNK * dkp, at_Kd = 2 * KDA_CHUNK * dkp, at_M = 3 * KDA_CHUNK * dkp;
+    const int64_t at_Ut = at_M + KDA_CHUNK * M, at_decay = at_Ut + KDA_CHUNK * KDA_INTER_COLS;
+
+    extern __shared__ __align__(16) float inter_smem[];
+    float *s_S = inter_smem + 2 * stage, *s_U = s_S + dk * SP, *s_Op = s_U + KDA_CHUNK * SP;
+
+    /* Chunk `c` of the entry into a stage, 16 bytes a copy (none waited for here). */
+    const auto load_stage = [&](float *st, int c) {
+        const float *src = scratch + ((int64_t)(sq.base + c) * H + h) * lay.size;
+        const int q4 = (int)(dk / 4), per_part = KDA_CHUNK * q4;
+        for (int e = tid; e < 3 * per_part; e += blockDim.x) {
+            const int part = e / per_part, r = (e / q4) % KDA_CHUNK, c16 = e % q4;
+            cuda_cp_async16(st + part * KDA_CHUNK * dkp + r * dkp + 4 * c16,
+                            src + lay.W + part * KDA_CHUNK * dk + r * dk + 4 * c16, 16);
+        }
+        for (int e = tid; e < KDA_CHUNK * KDA_CHUNK / 4; e += blockDim.x) {
+            const int r = e / (KDA_CHUNK / 4), c16 = e % (KDA_CHUNK / 4);
+            cuda_cp_async16(st + at_M + r * M + 4 * c16, src + lay.Mqk + r * KDA_CHUNK + 4 * c16, 16);
+        }
+        for (int e = tid; e < KDA_CHUNK * KDA_INTER_COLS / 4; e += blockDim.x) {
+            const int r = e / (KDA_INTER_COLS / 4), c16 = e % (KDA_INTER_COLS / 4);
+            const bool in = col0 + 4 * c16 < dv;   /* columns past dv: zeros */
+            cuda_cp_async16(st + at_Ut + r * KDA_INTER_COLS + 4 * c16, src + lay.Ut + r * dv + (in ? col0 + 4 * c16 : 0),
+                            in ? 16 : 0);
+        }
+        for (int e = tid; e < q4; e += blockDim.x) cuda_cp_async16(st + at_decay + 4 * e, src + lay.decay + 4 * e, 16);
+    };
+
+    /* S0 into registers (this thread's 8 x 4 of phase C) and into shared memory for phase A */
+    const int i0 = 8 * rg;
+    const bool rows_in = i0 < dk;   /* dk a multiple of 4: rows i0 .. i0 + 3 at least are in */
+    float s[8][4];
+    {
+        const float *from = (sq.carry & KDA_CARRY_IN) ? carry_in + head
+                                                      : sq.states + (int64_t)sq.slots[0] * slot_size + head;
+#pragma unroll
+        for (int m = 0; m < 8; m++) {
+            const bool in = rows_in && cols_in && i0 + m < dk;
+            const float4 x = in ? *(const float4 *)(from + (i0 + m) * dv + c4) : make_float4(0.f, 0.f, 0.f, 0.f);
+            s[m][0] = x.x, s[m][1] = x.y, s[m][2] = x.z, s[m][3] = x.w;
+            if (rows_in && i0 + m < dk) *(float4 *)(s_S + (i0 + m) * SP + 4 * cg) = x;
+        }
+    }
+
+    load_stage(inter_smem, 0);
+    cuda_cp_async_commit();
+    for (int c = 0; c < sq.n_chunks; c++) {
+        const float *st = inter_smem + (c & 1) * stage;
+        if (c + 1 < sq.n_chunks) load_stage(inter_smem + ((c + 1) & 1) * stage, c + 1);
+        cuda_cp_async_commit();
+        cuda_cp_async_wait<1>();   /* this thread's copies of chunk c are in; the barrier makes everyone's visible */
+        const int64_t t0 = (int64_t)(sq.chunk0 + c) * KDA_CHUNK;
+        const int n = (int)(sq.T - t0 < KDA_CHUNK ? sq.T - t0 : KDA_CHUNK);
+        const bool walk = __syncthreads_or(tid < n && sq.slots[1 + t0 + tid] >= 0);
+
+        /* phase A: [W; Qb] rows times S, over the key rows in order */
+        {
+            const int t = 4 * (rg % 8);
+            const float *A = st + (rg < 8 ? 0 : at_Qb) + t * dkp;
+            float acc[4][4] = {};
+            for (int64_t i = 0; i < dk; i += 4) {
+                float a[4][4], b[4][4];
+#pragma unroll
+                for (int r = 0; r < 4; r++) {
+                    const float4 x = *(const float4 *)(A + r * dkp + i);
+                    a[r][0] = x.x, a[r][1] = x.y, a[r][2] = x.z, a[r][3] = x.w;
+                    const float4 y = *(const float4 *)(s_S + (i + r) * SP + 4 * cg);
+                    b[r][0] = y.x, b[r][1] = y.y, b[r][2] = y.z, b[r][3] = y.w;
+                }
+#pragma unroll
+                for (int kk = 0; kk < 4; kk++)
+#pragma unroll
+                    for (int r = 0; r < 4; r++)
+#pragma unroll
+                        for (int cc = 0; cc < 4; cc++) acc[r][cc] = fmaf(a[r][kk], b[kk][cc], acc[r][cc]);
+            }
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                float4 x;
+                if (rg < 8) {
+                    const float4 ut = *(const float4 *)(st + at_Ut + (t + r) * KDA_INTER_COLS + 4 * cg);
+                    x = make_float4(ut.x - acc[r][0], ut.y - acc[r][1], ut.z - acc[r][2], ut.w - acc[r][3]);
+                    *(float4 *)(s_U + (t + r) * SP + 4 * cg) = x;
+                } else {
+                    x = make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
+                    *(float4 *)(s_Op + (t + r) * SP + 4 * cg) = x;
+                }
+            }
+        }
+        __syncthreads();
+
+        /* phase B: O = Qb S + Mqk U over s <= t + 1 in order (Mqk is zero above the diagonal), stored */
+        {
+            const int t = 2 * rg;
+            float acc[2][4];
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const float4 x = *(const float4 *)(s_Op + (t + r) * SP + 4 * cg);
+                acc[r][0] = x.x, acc[r][1] = x.y, acc[r][2] = x.z, acc[r][3] = x.w;
+            }
+            for (int u = 0; u < t + 2; u += 4) {
+                float mq[2][4], uu[4][4];
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+                    const float4 x = *(const float4 *)(st + at_M + (t + r) * M + u);
+                    mq[r][0] = x.x, mq[r][1] = x.y, mq[r][2] = x.z, mq[r][3] = x.w;
+                }
+#pragma unroll
+                for (int w = 0; w < 4; w++) {
+                    const float4 x = *(const float4 *)(s_U + (u + w) * SP + 4 * cg);
+                    uu[w][0] = x.x, uu[w][1] = x.y, uu[w][2] = x.z, uu[w][3] = x.w;
+                }
+#pragma unroll
+                for (int w = 0; w < 4; w++)
+#pragma unroll
+                    for (int r = 0; r < 2; r++)
+#pragma unroll
+                        for (int cc = 0; cc < 4; cc++) acc[r][cc] = fmaf(mq[r][w], uu[w][cc], acc[r][cc]);
+            }
+#pragma unroll
+            for (int r = 0; r < 2; r++)
+                if (t + r < n && cols_in) {
+                    const int64_t at = ((sq.row0 + t0 + t + r) * H + h) * dv + c4;
+#pragma unroll
+                    for (int cc = 0; cc < 4; cc++) o.store(at + cc, acc[r][cc]);
+                }
+        }
+
+        /* phase C: the state after the chunk (phase B reads no S: no barrier between them) */
+        if (rows_in && !walk) {
+            const float *Kd = st + at_Kd, *decay = st + at_decay;
+#pragma unroll
+            for (int m = 0; m < 8; m++)
+#pragma unroll
+                for (int cc = 0; cc < 4; cc++) s[m][cc] = decay[i0 + m] * s[m][cc];   /* rows past dk: pads, S 0 */
+            for (int u = 0; u < KDA_CHUNK; u++) {
+                const float4 k0 = *(const float4 *)(Kd + u * dkp + i0), k1 = *(const float4 *)(Kd + u * dkp + i0 + 4);
+                const float kd[8] = {k0.x, k0.y, k0.z, k0.w, k1.x, k1.y, k1.z, k1.w};
+                const float4 x = *(const float4 *)(s_U + u * SP + 4 * cg);
+                const float uu[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+                for (int m = 0; m < 8; m++)
+#pragma unroll
+                    for (int cc = 0; cc < 4; cc++) s[m][cc] = fmaf(kd[m], uu[cc], s[m][cc]);
+            }
+        } else if (rows_in) {
+            for (int t = 0; t < n; t++) {
+                const int64_t at = ((sq.row0 + t0 + t) * H + h) * dk + i0;
+                const float4 x = *(const float4 *)(s_U + t * SP + 4 * cg);
+                const float uu[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+                for (int m = 0; m < 8; m++)
+                    if (i0 + m < dk) {
+                        const float a = expf(g[at + m]), kv = k[at + m];
+#pragma unroll
+                        for (int cc = 0; cc < 4; cc++) s[m][cc] = __fmaf_rn(kv, uu[cc], __fmul_rn(s[m][cc], a));
+                    }
+                const int32_t slot = sq.slots[1 + t0 + t];
+                if (slot >= 0 && cols_in) {
+                    float *snap = sq.states + (int64_t)slot * slot_size + head;
+#pragma unroll
+                    for (int m = 0; m < 8; m++)
+                        if (i0 + m < dk)
+                            *(float4 *)(snap + (i0 + m) * dv + c4) = make_float4(s[m][0], s[m][1], s[m][2], s[m][3]);
+                }
+            }
+        }
+        if (rows_in)
+#pragma unroll
+            for (int m = 0; m < 8; m++)
+                if (i0 + m < dk) *(float4 *)(s_S + (i0 + m) * SP + 4 * cg) = make_float4(s[m][0], s[m][1], s[m][2], s[m][3]);
+        __syncthreads();   /* S is in; U, Qb S and this chunk's stage are free */
+    }
+    if ((sq.carry & KDA_CARRY_OUT) && rows_in && cols_in)
+#pragma unroll
+        for (int m = 0; m < 8; m++)
+            if (i0 + m < dk)
+                *(float4 *)(carry_out + head + (i0 + m) * dv + c4) = make_float4(s[m][0], s[m][1], s[m][2], s[m][3]);
+}
+
+/* ------------------------------------------------------------------------------------------------------------
  * kda_sequences' first kernel: q, k and v of every sequence through the conv, SiLU and (q, k) the L2 norms, and
  * the conv rings updated. A block per (head, q|k|v, 16 rows of a sequence, sequence); thread i owns channel i of
  * its head's part (width dk, dk or dv) for those rows, so the L2 norm of a row is a block sum, and the ring
@@ -456,12 +919,12 @@ static bool kda_column_split(int64_t dk) {
 /* Dynamic shared memory of kda_recurrent_kernel: the state S [dk, dv], then k, q and the decay [dk] each. */
 static size_t kda_sequential_smem(int64_t dk, int64_t dv) { return (size_t)(dk * dv + 3 * dk) * sizeof(float); }
 
-/* The recurrence of the first n sequences of `seqs` in one launch labelled `what`: the column-split kernel where
- * kda_column_split(dk), else the sequential one. q, k [N,H,dk], v [N,H,dv] activations, g [N,H,dk] and beta [N,H]
+/* The token-by-token recurrence of the first n sequences of `seqs` in one launch labelled `what`: the column-split
+ * kernel where kda_column_split(dk), else the sequential one. q, k [N,H,dk], v [N,H,dv] activations, g [N,H,dk] and beta [N,H]
  * F32, o [N,H,dv]. */
-static glm53_status kda_recurrent_launch(cuda_backend *cb, act_out o, act_in q, act_in k, act_in v, const float *g,
-                                         const float *beta, const kda_rec_table &seqs, int n, int64_t H, int64_t dk,
-                                         int64_t dv, const char *what) {
+static glm53_status kda_token_launch(cuda_backend *cb, act_out o, act_in q, act_in k, act_in v, const float *g,
+                                     const float *beta, const kda_rec_table &seqs, int n, int64_t H, int64_t dk,
+                                     int64_t dv, const char *what) {
     if (kda_column_split(dk)) {
         const dim3 grid((unsigned)H, (unsigned)((dv + KDA_COLS - 1) / KDA_COLS), (unsigned)n);
         CUDA_TRY(cuda_launch(cb, kda_recurrent_columns_kernel, grid, KDA_COLUMN_THREADS,
@@ -476,6 +939,103 @@ static glm53_status kda_recurrent_launch(cuda_backend *cb, act_out o, act_in q, 
     }
     CUDA_LAUNCHED(what);
     return GLM53_OK;
+}
+
+/* Whether heads of these widths can take the chunked kernels (every model's: dk = dv = 128). */
+static bool kda_chunked_fits(int64_t dk, int64_t dv) {
+    return dk >= 4 && dk % 4 == 0 && dk <= KDA_CHUNK_MAX_DK && dv >= 4 && dv % 4 == 0;
+}
+
+/* Opts the chunked kernels in to their shared memory (GLM53_ERR_UNSUPPORTED where a device has too little). */
+static glm53_status kda_chunked_optin(cuda_backend *cb, int64_t dk, const char *what) {
+    GLM53_TRY(cuda_smem_optin(cb, (const void *)kda_chunk_intra_kernel,
+                              (size_t)kda_intra_smem_floats(dk) * sizeof(float), what));
+    return cuda_smem_optin(cb, (const void *)kda_chunk_inter_kernel, (size_t)kda_inter_smem_floats(dk) * sizeof(float),
+                           what);
+}
+
+/* The chunked form (see its kernels) of n sequences of at least KDA_CHUNKED_MIN_ROWS rows. The batch's chunks go in
+ * pieces of at most cb->kda_chunk_piece chunk-heads of scratch (GLM53_CUDA_KDA_CHUNK_PIECE, default 4096: 64
+ * chunks = 2,048 rows at 64 heads, 287 MB at 128 x 128), a piece being one launch of each kernel over up to
+ * KDA_SEQS_PER_LAUNCH sequences' runs of chunks; a sequence cut by a piece's end carries its state to the next
+ * piece through one of two carry buffers [H, dk, dv] F32 (piece p writes buffer p % 2 and reads the other). The
+ * carried state goes through memory unchanged, so where the pieces cut changes no value. */
+static glm53_status kda_chunked_launch(cuda_backend *cb, act_out o, act_in q, act_in k, act_in v, const float *g,
+                                       const float *beta, const kda_rec_seq *seqs, int n, int64_t H, int64_t dk,
+                                       int64_t dv, const char *what) {
+    const kda_chunk_layout lay = kda_chunk_layout_of(dk, dv);
+    GLM53_TRY(kda_chunked_optin(cb, dk, what));
+    const size_t intra_smem = (size_t)kda_intra_smem_floats(dk) * sizeof(float);
+    const size_t inter_smem = (size_t)kda_inter_smem_floats(dk) * sizeof(float);
+    int64_t total = 0;
+    for (int i = 0; i < n; i++) {
+        assert(seqs[i].T >= 1 && seqs[i].row0 + seqs[i].T <= INT32_MAX);
+        total += (seqs[i].T + KDA_CHUNK - 1) / KDA_CHUNK;
+    }
+    const int64_t cap = cb->kda_chunk_piece / H > 0 ? cb->kda_chunk_piece / H : 1;   /* chunks a piece */
+    const int64_t per_piece = total < cap ? total : cap;
+    const bool carries = total > per_piece;
+    const int64_t state_floats = H * dk * dv;
+    cuda_scratch scratch;
+    GLM53_TRY(scratch.get(cb, (size_t)(per_piece * H * lay.size + (carries ? 2 * state_floats : 0)) * sizeof(float),
+                          "kda_recurrent chunked scratch"));
+    float *chunks = (float *)scratch.ptr, *carry = chunks + per_piece * H * lay.size;
+
+    kda_chunk_table table = {};
+    int entries = 0, piece = 0;
+    int64_t used = 0, widest = 0;
+    const auto launch_piece = [&]() -> glm53_status {
+        const float *carry_in = carries ? carry + ((piece + 1) & 1) * state_floats : nullptr;
+        float *carry_out = carries ? carry + (piece & 1) * state_floats : nullptr;
+        CUDA_TRY(cuda_launch(cb, kda_chunk_intra_kernel, dim3((unsigned)widest, (unsigned)H, (unsigned)entries),
+                             KDA_INTRA_THREADS, intra_smem, cb->pdl, q, k, v, g, beta, table, chunks, H, dk, dv));
+        CUDA_LAUNCHED("kda_recurrent chunked (intra)");
+        const dim3 grid((unsigned)H, (unsigned)((dv + KDA_INTER_COLS - 1) / KDA_INTER_COLS), (unsigned)entries);
+        CUDA_TRY(cuda_launch(cb, kda_chunk_inter_kernel, grid, KDA_INTER_THREADS, inter_smem, cb->pdl, o, k, g, table,
+                             (const float *)chunks, carry_in, carry_out, H, dk, dv));
+        CUDA_LAUNCHED("kda_recurrent chunked (inter)");
+        table = {};
+        entries = 0, used = 0, widest = 0, piece++;
+        return GLM53_OK;
+    };
+    for (int i = 0; i < n; i++) {
+        const int64_t n_chunks = (seqs[i].T + KDA_CHUNK - 1) / KDA_CHUNK;
+        for (int64_t c0 = 0; c0 < n_chunks;) {
+            const int64_t take = n_chunks - c0 < per_piece - used ? n_chunks - c0 : per_piece - used;
+            table.seq[entries++] = kda_chunk_seq{
+                seqs[i].states, seqs[i].slots, (int32_t)seqs[i].row0, (int32_t)seqs[i].T, (int32_t)c0, (int32_t)take,
+                (int32_t)used, (c0 > 0 ? KDA_CARRY_IN : 0) | (c0 + take < n_chunks ? KDA_CARRY_OUT : 0)};
+            used += take, c0 += take;
+            widest = take > widest ? take : widest;
+            if (used == per_piece || entries == KDA_SEQS_PER_LAUNCH) GLM53_TRY(launch_piece());
+        }
+    }
+    if (entries > 0) GLM53_TRY(launch_piece());
+    return GLM53_OK;
+}
+
+/* The recurrence of the first n sequences of `seqs`: with GLM53_CUDA_KDA_CHUNKED, heads the chunked kernels take
+ * and sequences of at least KDA_CHUNKED_MIN_ROWS rows (prefill) go through them, the others (decode, verification:
+ * the token kernel's bits, one call over T rows equal to T one-row calls) through the token kernel. */
+static glm53_status kda_recurrent_launch(cuda_backend *cb, act_out o, act_in q, act_in k, act_in v, const float *g,
+                                         const float *beta, const kda_rec_table &seqs, int n, int64_t H, int64_t dk,
+                                         int64_t dv, const char *what) {
+    if (cb->kda_chunked && kda_chunked_fits(dk, dv)) {
+        kda_rec_table token = {};
+        kda_rec_seq chunked[KDA_SEQS_PER_LAUNCH];
+        int n_token = 0, n_chunked = 0;
+        for (int i = 0; i < n; i++) {
+            /* (the inter kernel moves states 16 bytes at a time: a ring at an odd address keeps the token kernel) */
+            if (seqs.seq[i].T >= KDA_CHUNKED_MIN_ROWS && (uintptr_t)seqs.seq[i].states % 16 == 0)
+                chunked[n_chunked++] = seqs.seq[i];
+            else token.seq[n_token++] = seqs.seq[i];
+        }
+        if (n_chunked > 0) {
+            if (n_token > 0) GLM53_TRY(kda_token_launch(cb, o, q, k, v, g, beta, token, n_token, H, dk, dv, what));
+            return kda_chunked_launch(cb, o, q, k, v, g, beta, chunked, n_chunked, H, dk, dv, what);
+        }
+    }
+    return kda_token_launch(cb, o, q, k, v, g, beta, seqs, n, H, dk, dv, what);
 }
 
 glm53_status cuda_kda_recurrent(glm53_backend *be, glm53_tensor *o, const glm53_tensor *q, const glm53_tensor *k,
@@ -505,6 +1065,7 @@ glm53_status cuda_kda_recurrent(glm53_backend *be, glm53_tensor *o, const glm53_
 /* Both tables go by value as kernel parameters: within the classic 4 KiB a launch, whatever the toolkit. */
 static_assert(sizeof(kda_conv_args) + sizeof(kda_conv_table) <= 4096, "kda_sequences' conv launch parameters");
 static_assert(sizeof(kda_rec_table) + 256 <= 4096, "kda_sequences' recurrence launch parameters");
+static_assert(sizeof(kda_chunk_table) + 256 <= 4096, "the chunked kernels' launch parameters");
 
 /* The per-sequence part of a KDA layer for the whole batch (backend.h): per KDA_SEQS_PER_LAUNCH sequences, the conv
  * launch into scratch q, k, v [N, C_j] (raw's dtype, the chain's intermediate tensors), then the recurrence from
@@ -553,6 +1114,12 @@ glm53_status cuda_kda_sequences(glm53_backend *be, glm53_tensor *o, const glm53_
     if (!kda_column_split(dk))
         GLM53_TRY(cuda_smem_optin(cb, (const void *)kda_recurrent_kernel, kda_sequential_smem(dk, dv),
                                   "kda_sequences"));
+    if (cb->kda_chunked && kda_chunked_fits(dk, dv))
+        for (int32_t i = 0; i < n_seqs; i++)
+            if (seqs[i].n_rows >= KDA_CHUNKED_MIN_ROWS) {
+                GLM53_TRY(kda_chunked_optin(cb, dk, "kda_sequences"));
+                break;
+            }
     if (N == 0 || n_seqs == 0) return GLM53_OK;
 
     /* q, k, v after the conv (q and k normalised) for the batch's rows: [N, H*dk], [N, H*dk], [N, H*dv] */

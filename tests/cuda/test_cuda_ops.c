@@ -1256,12 +1256,14 @@ static float *fetch_all(glm53_backend *be, glm53_tensor *const *tensors, int n, 
     return all;
 }
 
-static void check_kda_sequences(int64_t H, int64_t dk, int64_t dv, int64_t K, int dt) {
-    check_begin("kda_sequences", dt_name(dt), "H %lld dk %lld dv %lld K %lld", (long long)H, (long long)dk,
-                (long long)dv, (long long)K);
+/* long_rows: a batch with prefills of 64 rows and more (the chunked recurrence's, where a backend has it on)
+ * beside decode and short rows (the token kernel's), in one call. */
+static void check_kda_sequences_rows(int64_t H, int64_t dk, int64_t dv, int64_t K, int dt, bool long_rows) {
+    check_begin(long_rows ? "kda_sequences long" : "kda_sequences", dt_name(dt), "H %lld dk %lld dv %lld K %lld",
+                (long long)H, (long long)dk, (long long)dv, (long long)K);
     /* In batch order, so that most sequences start past row 0 of the batch; the conv rings of width K - 1 (no
      * rollback) make a kept row take the slot of the history row just read. */
-    const kda_seq_case cases[] = {
+    const kda_seq_case short_cases[] = {
         {1, 9, 1, K - 1},    /* decode with the whole history (when K <= 10), a state ring of one */
         {20, 0, 3, K + 2},   /* a prefill from the start: the sequential recurrence, two blocks of conv rows */
         {1, 0, 1, K - 1},    /* a first token: no history */
@@ -1271,14 +1273,26 @@ static void check_kda_sequences(int64_t H, int64_t dk, int64_t dv, int64_t K, in
         {1, 30, 6, K + 3},   /* decode with a rollback ring */
         {20, 7, 2, K - 1},   /* a prefill chunk after a few rows */
     };
-    enum { N_SEQ = sizeof cases / sizeof cases[0] };
+    const kda_seq_case long_cases[] = {
+        {64, 0, 1, K - 1},    /* a prefill from the start: two chunks, the last row's state in the ring of one */
+        {1, 9, 1, K - 1},     /* decode beside it (the token kernel in the same call) */
+        {200, 5, 3, K + 2},   /* a prefill chunk after 5 rows: 7 chunks, the last 3 states kept (inside a chunk) */
+        {65, 17, 2, K + 3},   /* 3 chunks, the last of one row: the kept states on both sides of a chunk's end */
+        {20, 7, 2, K - 1},    /* a short prefill chunk: the token kernel */
+        {130, 0, 6, K + 3},   /* 5 chunks, a rollback ring of 6 */
+    };
+    const kda_seq_case *cases = long_rows ? long_cases : short_cases;
+    enum { N_SEQ_MAX = 8 };
+    const int N_SEQ = long_rows ? (int)(sizeof long_cases / sizeof long_cases[0])
+                                : (int)(sizeof short_cases / sizeof short_cases[0]);
+    assert(N_SEQ <= N_SEQ_MAX);
     const int64_t width[3] = {dk, dk, dv};
     const float q_scale = 1.0f / sqrtf((float)dk);
     const int w_dt[3] = {dt, F32, dt};
-    tpair raw[3] = {{0}}, w[3] = {{0}}, g = {0}, beta = {0}, o = {0}, states[N_SEQ] = {{0}}, rings[N_SEQ][3] = {{{0}}};
-    tpair slots[N_SEQ] = {{0}}, hist[N_SEQ] = {{0}}, write[N_SEQ] = {{0}};
-    glm53_tensor *o_chain = NULL, *states_chain[N_SEQ], *rings_chain[N_SEQ][3];
-    glm53_kda_seq seq_cpu[N_SEQ], seq_gpu[N_SEQ], seq_chain[N_SEQ];
+    tpair raw[3] = {{0}}, w[3] = {{0}}, g = {0}, beta = {0}, o = {0}, states[N_SEQ_MAX] = {{0}};
+    tpair rings[N_SEQ_MAX][3] = {{{0}}}, slots[N_SEQ_MAX] = {{0}}, hist[N_SEQ_MAX] = {{0}}, write[N_SEQ_MAX] = {{0}};
+    glm53_tensor *o_chain = NULL, *states_chain[N_SEQ_MAX], *rings_chain[N_SEQ_MAX][3];
+    glm53_kda_seq seq_cpu[N_SEQ_MAX], seq_gpu[N_SEQ_MAX], seq_chain[N_SEQ_MAX];
     NEED(kda_sequences);
     int64_t N = 0;
     for (int i = 0; i < N_SEQ; i++) N += cases[i].T;
@@ -1353,7 +1367,7 @@ static void check_kda_sequences(int64_t H, int64_t dk, int64_t dv, int64_t K, in
     /* (b) the CPU op: o and the state rings within the threshold, the conv rings (copies of raw rows) exactly */
     const double thr = THR(dt, w_dt[0], w_dt[1], w_dt[2]);
     compare("o", o.c, o.g, thr);
-    glm53_tensor *st_c[N_SEQ], *st_g[N_SEQ], *rg_c[3 * N_SEQ], *rg_g[3 * N_SEQ];
+    glm53_tensor *st_c[N_SEQ_MAX], *st_g[N_SEQ_MAX], *rg_c[3 * N_SEQ_MAX], *rg_g[3 * N_SEQ_MAX];
     for (int i = 0; i < N_SEQ; i++) {
         st_c[i] = states[i].c, st_g[i] = states[i].g;
         for (int j = 0; j < 3; j++) rg_c[3 * i + j] = rings[i][j].c, rg_g[3 * i + j] = rings[i][j].g;
@@ -1365,6 +1379,120 @@ static void check_kda_sequences(int64_t H, int64_t dk, int64_t dv, int64_t K, in
     if (rc && rgv) report_err("conv rings", rgv, rc, n_rg, 0.0);
 done:
     check_end();
+}
+
+static void check_kda_sequences(int64_t H, int64_t dk, int64_t dv, int64_t K, int dt) {
+    check_kda_sequences_rows(H, dk, dv, K, dt, false);
+}
+
+/* --- KDA, the chunked recurrence (GLM53_CUDA_KDA_CHUNKED, kda.cu's chunked form) ---------------------------- *
+ * Run on two more CUDA backends made with the switch on (it is off by default until a GPU has run it): one with
+ * the default pieces of scratch, one with pieces of KDA_TEST_PIECE chunk-heads (a state carried between launches
+ * every few chunks). The checks below run with `gpu` pointed at one of them. */
+enum { KDA_TEST_PIECE = 8 };
+static glm53_backend *gpu_token;      /* the backend the run began with (token kernel unless the environment says) */
+static bool gpu_token_is_chunked;     /* GLM53_CUDA_KDA_CHUNKED=1 in the environment: no "taken" check */
+
+typedef enum { KDA_GATE_MIXED, KDA_GATE_STRONG, KDA_GATE_WEAK } kda_gate;
+static const char *const kda_gate_name[] = {"mixed", "strong", "weak"};
+
+/* The chunked recurrence against the CPU op: gates mixed (the lower-bound gate -5 sigmoid(x)), strong (the bound
+ * -5 itself on 40 of every 50 rows) or weak (in (-1e-3, 0]); states kept after every snap_every-th row from row 3
+ * on (so inside chunks) and after the last. Then the same call on gpu_token (the token kernel): some value must
+ * differ in its bits (the chunked sums are reordered), or the chunked path was not taken. */
+static void check_kda_chunked(int64_t H, int64_t dk, int64_t dv, int64_t T, int dt, kda_gate gate, int snap_every) {
+    check_begin("kda_recurrent chunked", dt_name(dt), "H %lld dk %lld dv %lld T %lld %s%s", (long long)H,
+                (long long)dk, (long long)dv, (long long)T, kda_gate_name[gate], snap_every ? " snaps" : "");
+    tpair q = {0}, k = {0}, v = {0}, g = {0}, beta = {0}, o = {0}, states = {0}, slots = {0};
+    glm53_tensor *o_token = NULL, *states_token = NULL;
+    NEED(kda_recurrent);
+    const int64_t rows = T * H;
+    float *qv = randn(rows * dk, 1.0f, false), *kv = randn(rows * dk, 1.0f, false);
+    for (int64_t r = 0; r < rows; r++) {   /* L2-normalised per head, q times dk^-1/2, as the model feeds them */
+        double sq = 0, sk = 0;
+        for (int64_t i = 0; i < dk; i++) sq += (double)qv[r * dk + i] * qv[r * dk + i], sk += (double)kv[r * dk + i] * kv[r * dk + i];
+        for (int64_t i = 0; i < dk; i++) {
+            qv[r * dk + i] = (float)(qv[r * dk + i] / sqrt(sq) / sqrt((double)dk));
+            kv[r * dk + i] = (float)(kv[r * dk + i] / sqrt(sk));
+            if (dt == BF16) qv[r * dk + i] = glm53_round_bf16(qv[r * dk + i]), kv[r * dk + i] = glm53_round_bf16(kv[r * dk + i]);
+        }
+    }
+    float *gv = randn(rows * dk, 1.0f, false), *bv = randn(rows, 1.0f, false);
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t e = t * H * dk; e < (t + 1) * H * dk; e++)
+            gv[e] = gate == KDA_GATE_WEAK                       ? -1e-3f * test_uniform()
+                    : gate == KDA_GATE_STRONG && t % 50 < 40 ? -5.0f
+                                                              : -5.0f / (1.0f + expf(-gv[e]));
+    for (int64_t i = 0; i < rows; i++) bv[i] = 1.0f / (1.0f + expf(-bv[i]));
+    int32_t *slot_of = hmem((size_t)(T + 1) * sizeof(int32_t));
+    int64_t ring = 1;
+    slot_of[0] = 0;
+    for (int64_t t = 0; t < T; t++)
+        slot_of[1 + t] = t == T - 1 ? 0 : snap_every && (t + 3) % snap_every == 0 ? (int32_t)ring++ : -1;
+    float *sv = randn(ring * H * dk * dv, 0.1f, false);
+    TRY(act_pair(&q, dt, qv, SHAPE(T, H, dk)));
+    TRY(act_pair(&k, dt, kv, SHAPE(T, H, dk)));
+    TRY(act_pair(&v, dt, randn(rows * dv, 1.0f, dt == BF16), SHAPE(T, H, dv)));
+    TRY(act_pair(&g, F32, gv, SHAPE(T, H, dk)));
+    TRY(act_pair(&beta, F32, bv, SHAPE(T, H)));
+    TRY(act_pair(&states, F32, sv, SHAPE(ring, H, dk, dv)));
+    TRY(i32_pair(&slots, slot_of, SHAPE(T + 1)));
+    TRY(out_pair(&o, dt, SHAPE(T, H, dv)));
+    TRY(cpu->ops->kda_recurrent(cpu, o.c, q.c, k.c, v.c, g.c, beta.c, states.c, slots.c));
+    TRY(gpu->ops->kda_recurrent(gpu, o.g, q.g, k.g, v.g, g.g, beta.g, states.g, slots.g));
+    const double thr = THR(dt);
+    compare("o", o.c, o.g, thr);
+    for (int64_t t = 0; t < T; t++) {
+        if (slot_of[1 + t] < 0) continue;
+        glm53_tensor sc = glm53_tensor_rows_view(states.c, slot_of[1 + t], 1);
+        glm53_tensor sg = glm53_tensor_rows_view(states.g, slot_of[1 + t], 1);
+        char what[24];
+        snprintf(what, sizeof what, t == T - 1 ? "state" : "snap%lld", (long long)t);
+        compare(what, &sc, &sg, thr);
+    }
+    if (!self_test && !gpu_token_is_chunked) {   /* the same call through the token kernel: other bits */
+        TRY(gpu->ops->sync(gpu));   /* the two backends run on different streams of the one device */
+        TRY(tensor_from(gpu_token, &states_token, F32, sv, SHAPE(ring, H, dk, dv)));
+        TRY(tensor_out(gpu_token, &o_token, gpu_dtype(dt), SHAPE(T, H, dv)));
+        TRY(gpu_token->ops->kda_recurrent(gpu_token, o_token, q.g, k.g, v.g, g.g, beta.g, states_token, slots.g));
+        TRY(gpu_token->ops->sync(gpu_token));
+        int64_t differing = 0;
+        TRY(count_differing(o.g, o_token, &differing));
+        record("taken", differing > 0 ? 0.0 : 1.0, 0.0, differing > 0,
+               differing > 0 ? "" : "every value equals the token kernel's: the chunked path did not run");
+    }
+done:
+    check_end();
+}
+
+/* A CUDA backend (a CPU one under --self-test) made with GLM53_CUDA_KDA_CHUNKED=1 and, piece > 0, pieces of that
+ * many chunk-heads; the environment is put back as it was. */
+static glm53_backend *chunked_backend(int piece) {
+    char was[2][64] = {"", ""};
+    const char *names[2] = {"GLM53_CUDA_KDA_CHUNKED", "GLM53_CUDA_KDA_CHUNK_PIECE"};
+    bool had[2];
+    for (int i = 0; i < 2; i++) {
+        const char *v = getenv(names[i]);
+        had[i] = v != NULL;
+        if (v) snprintf(was[i], sizeof was[i], "%s", v);
+    }
+    char piece_s[24];
+    snprintf(piece_s, sizeof piece_s, "%d", piece);
+    setenv(names[0], "1", 1);
+    if (piece > 0) setenv(names[1], piece_s, 1);
+    else unsetenv(names[1]);
+    glm53_backend *be = NULL;
+    glm53_status st = self_test ? glm53_backend_cpu_create(0, &be) : glm53_backend_cuda_create(0, &be);
+    for (int i = 0; i < 2; i++)
+        if (had[i]) setenv(names[i], was[i], 1);
+        else unsetenv(names[i]);
+    if (st != GLM53_OK) {
+        check_begin("kda_recurrent chunked", "-", "backend");
+        fail_msg("cannot create a backend with GLM53_CUDA_KDA_CHUNKED=1: %s", glm53_last_error());
+        check_end();
+        return NULL;
+    }
+    return be;
 }
 
 /* --- KPool indexer ---------------------------------------------------------------------------------------- */
@@ -1798,6 +1926,32 @@ static void group_kda(void) {
         check_kda_sequences(2, 16, 16, 16, dt);   /* the widest conv: history read up to row 14 */
         check_kda_sequences(8, 128, 128, 4, dt);  /* the model's head size */
     }
+
+    /* The chunked recurrence, on backends made with it on. */
+    glm53_backend *chunked = chunked_backend(0), *pieces = chunked_backend(KDA_TEST_PIECE);
+    if (!chunked || !pieces) goto released;
+    gpu_token = gpu;
+    gpu = chunked;
+    for (int dt = F32; dt <= BF16; dt++) {
+        check_kda_chunked(4, 16, 16, 64, dt, KDA_GATE_MIXED, 0);     /* two whole chunks */
+        check_kda_chunked(4, 16, 16, 65, dt, KDA_GATE_STRONG, 7);    /* a last chunk of one row; states inside chunks */
+        check_kda_chunked(4, 16, 16, 200, dt, KDA_GATE_WEAK, 23);
+        check_kda_chunked(4, 16, 16, 1000, dt, KDA_GATE_STRONG, 0);
+        check_kda_chunked(4, 16, 16, 1000, dt, KDA_GATE_MIXED, 61);
+        check_kda_chunked(2, 128, 128, 200, dt, KDA_GATE_MIXED, 37);  /* the model's head */
+        check_kda_chunked(2, 128, 128, 100, dt, KDA_GATE_STRONG, 0);
+        check_kda_chunked(3, 20, 132, 70, dt, KDA_GATE_MIXED, 5);     /* dk 20: a part-empty row group; 3 column blocks */
+        check_kda_sequences_rows(4, 16, 16, 4, dt, true);              /* chunked and token sequences in one call */
+        check_kda_sequences_rows(2, 128, 128, 4, dt, true);
+    }
+    gpu = pieces;   /* pieces of KDA_TEST_PIECE chunk-heads: 2 chunks a piece at 4 heads, states carried */
+    check_kda_chunked(4, 16, 16, 200, F32, KDA_GATE_MIXED, 23);
+    check_kda_chunked(4, 16, 16, 1000, BF16, KDA_GATE_STRONG, 61);
+    check_kda_sequences_rows(4, 16, 16, 4, F32, true);              /* sequences cut across pieces */
+    gpu = gpu_token;
+released:
+    if (chunked) chunked->ops->destroy(chunked);
+    if (pieces) pieces->ops->destroy(pieces);
 }
 
 static void group_indexer(void) {
@@ -2117,6 +2271,7 @@ static void run_benches(void) {
     bench_matmul(1, 154880, 4096, BF16);
     bench_kda(1);
     bench_kda(64);
+    bench_kda(8192);   /* a long prefill: the chunked form's case under GLM53_CUDA_KDA_CHUNKED=1 */
     bench_sparse_mla(1);
     bench_sparse_mla(16);
     bench_moe(1);
@@ -2171,6 +2326,8 @@ int main(int argc, char **argv) {
     setenv("GLM53_CUDA_GROUPED_EXPERTS", "1", 0);
     setenv("GLM53_CUDA_GROUPED_WGMMA", "1", 0);
     setenv("GLM53_CUDA_MHC_SITE", "1", 0);
+    const char *chunked_env = getenv("GLM53_CUDA_KDA_CHUNKED");
+    gpu_token_is_chunked = chunked_env && strcmp(chunked_env, "1") == 0;
     glm53_status st = self_test ? glm53_backend_cpu_create(0, &gpu) : glm53_backend_cuda_create(0, &gpu);
     if (st != GLM53_OK) {
         printf("cannot create the CUDA backend: %s\ncuda ops: 0 passed, 1 failed\n", glm53_last_error());
