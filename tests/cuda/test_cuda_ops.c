@@ -1399,7 +1399,7 @@ static const char *const kda_gate_name[] = {"mixed", "strong", "weak"};
 /* The chunked recurrence against the CPU op: gates mixed (the lower-bound gate -5 sigmoid(x)), strong (the bound
  * -5 itself on 40 of every 50 rows) or weak (in (-1e-3, 0]); states kept after every snap_every-th row from row 3
  * on (so inside chunks) and after the last. Then the same call on gpu_token (the token kernel): some value must
- * differ in its bits (the chunked sums are reordered), or the chunked path was not taken. */
+ * differ in its bits (the chunked sums are reordered), or the chunked path was not taken (F32 outputs). */
 static void check_kda_chunked(int64_t H, int64_t dk, int64_t dv, int64_t T, int dt, kda_gate gate, int snap_every) {
     check_begin("kda_recurrent chunked", dt_name(dt), "H %lld dk %lld dv %lld T %lld %s%s", (long long)H,
                 (long long)dk, (long long)dv, (long long)T, kda_gate_name[gate], snap_every ? " snaps" : "");
@@ -1450,7 +1450,9 @@ static void check_kda_chunked(int64_t H, int64_t dk, int64_t dv, int64_t T, int 
         snprintf(what, sizeof what, t == T - 1 ? "state" : "snap%lld", (long long)t);
         compare(what, &sc, &sg, thr);
     }
-    if (!self_test && !gpu_token_is_chunked) {   /* the same call through the token kernel: other bits */
+    /* the same call through the token kernel: other bits (F32 outputs only: BF16's rounding can hide the reordered
+     * sums, as it did at T 64 on the H100) */
+    if (!self_test && !gpu_token_is_chunked && dt == F32) {
         TRY(gpu->ops->sync(gpu));   /* the two backends run on different streams of the one device */
         TRY(tensor_from(gpu_token, &states_token, F32, sv, SHAPE(ring, H, dk, dv)));
         TRY(tensor_out(gpu_token, &o_token, gpu_dtype(dt), SHAPE(T, H, dv)));
