@@ -10,6 +10,8 @@
  *   pools x 32 heads of dependent shuffle chains, after staging Q one dependent load at a time: 21.6 us on an
  *   H100. A small grid now takes 1 pool per warp (65 blocks), Q comes in 16-byte loads, and a warp keeps 8
  *   heads' butterflies in flight; the arithmetic per score is unchanged, so are its bits.
+ * kpool_score past 16 rows (prefill): kpool_score_rows_kernel, a block per (4 rows, 64 pools), a lane per pool
+ *   with every head's dot product in registers (no shuffles; its section below).
  * kpool_select: a block per query row. When every closed pool fits the budget the answer is 0 .. G*P-1.
  *   Otherwise a radix select over the scores' order-preserving 32-bit keys (up to four passes of 8 bits, a
  *   shared histogram each) finds the top bytes of the n_select-th best key and how many pools with exactly those
@@ -31,6 +33,10 @@ enum {
     SCORE_POOLS_PER_WARP = 8,   /* at most; fewer when the grid would be small */
     SCORE_KEY_REGS = 4,         /* key channels a lane keeps in registers: dI <= 128 */
     SCORE_HEADS = 8,            /* heads whose dot products a warp computes together */
+    ROWS_T = 4,                 /* kpool_score_rows: query rows a block */
+    ROWS_POOLS = 64,            /* kpool_score_rows: pools a block, a lane each in two warps per row */
+    ROWS_MAX_HEADS = 32,        /* kpool_score_rows: heads a lane accumulates in registers */
+    SCORE_MIN_ROWS_FORM = 17,   /* rows from which kpool_score takes the many-rows form (verification: 16) */
     SELECT_THREADS = 256,
     SELECT_ITEMS = 4,           /* pools a kpool_select thread loads at once, in every pass */
 };
@@ -176,6 +182,88 @@ kpool_score_kernel(float *scores, act_in Q, const float *w, const float *pooled,
     }
 }
 
+/* The many-rows form (prefill). The kernel above sums a head's dot product across the lanes of a warp and pays
+ * five shuffles a head a pool: at 8,192 rows its two calls took 30 ms on the H100 against 1.2 ms of F32 FMAs.
+ * Here a lane owns a pool and keeps every head's dot product in registers, so nothing is shuffled:
+ *   grid (ceil(G / 64), ceil(T / 4)), 256 threads; warp w takes row t0 + 4 blockIdx.y + w / 2 and pools
+ *   g0 + 32 (w % 2) + lane, g0 = 64 blockIdx.x. Shared memory: Q of the block's 4 rows [4][Hi*dI] F32, their head
+ *   weights [4][Hi], the keys of its 64 pools [dI/4][64][4] (four channels of a pool in 16 bytes, so that lane l
+ *   reads pool l's and a warp's loads are consecutive). Per four channels a lane loads its key's 4 values, then per
+ *   head Q's 4 (one 16-byte load every lane of the warp shares) and adds the 4 products in channel order.
+ *   scores[t][g] = sum_h w[t][h] relu(scale * dot_h), the sum over h in order; dot_h the FMA chain over channels
+ *   0 .. dI-1. The rounding differs from the warp-sum form (a different order of the channel sum), so a row's
+ *   scores depend on which form its launch took: decode and verification (up to 16 rows) keep the warp-sum form,
+ *   and a prompt's selection may differ from a decode of the same tokens only where two pools' scores agree to
+ *   the last bits (exact ReLU zeros stay exact in both). Needs dI % 4 == 0, Hi <= 32 and the shared memory. */
+__global__ void __launch_bounds__(SCORE_THREADS)
+kpool_score_rows_kernel(float *scores, act_in Q, const float *w, const float *pooled, const int32_t *n_closed,
+                        int64_t T, int64_t G, int64_t Hi, int64_t dI, float scale) {
+    cuda_pdl_begin();
+    extern __shared__ __align__(16) float rows_smem[];
+    const int64_t HD = Hi * dI;
+    float *q_s = rows_smem, *w_s = q_s + ROWS_T * HD, *k_s = w_s + ROWS_T * ROWS_MAX_HEADS;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int64_t g0 = (int64_t)blockIdx.x * ROWS_POOLS, tb = (int64_t)blockIdx.y * ROWS_T;
+    const int nt = (int)(T - tb < ROWS_T ? T - tb : ROWS_T);
+
+    /* pools no row of the block has closed are -inf without any arithmetic */
+    int32_t most_closed = 0;
+    for (int r = 0; r < nt; r++) most_closed = max(most_closed, n_closed[tb + r]);
+    if (g0 >= most_closed) {
+        for (int i = threadIdx.x; i < nt * ROWS_POOLS; i += SCORE_THREADS) {
+            const int64_t g = g0 + i % ROWS_POOLS;
+            if (g < G) scores[(tb + i / ROWS_POOLS) * G + g] = -INFINITY;
+        }
+        return;
+    }
+    for (int64_t i = threadIdx.x; i < (int64_t)nt * HD; i += SCORE_THREADS) q_s[i] = Q[tb * HD + i];
+    for (int64_t i = threadIdx.x; i < (int64_t)nt * Hi; i += SCORE_THREADS)
+        w_s[(i / Hi) * ROWS_MAX_HEADS + i % Hi] = w[(tb + i / Hi) * Hi + i % Hi];
+    /* key channel c of local pool p at k_s[((c / 4) * 64 + p) * 4 + c % 4]; pools past G read as zeros */
+    for (int64_t i = threadIdx.x; i < ROWS_POOLS * dI; i += SCORE_THREADS) {
+        const int64_t p = i / dI, c = i % dI;
+        k_s[((c / 4) * ROWS_POOLS + p) * 4 + c % 4] = g0 + p < G ? pooled[(g0 + p) * dI + c] : 0.0f;
+    }
+    __syncthreads();
+
+    const int r = warp / 2, p = (warp % 2) * 32 + lane;
+    const int64_t t = tb + r, g = g0 + p;
+    if (r >= nt || g >= G) return;
+    if (g >= n_closed[t]) {
+        scores[t * G + g] = -INFINITY;
+        return;
+    }
+    const float *q_row = q_s + (int64_t)r * HD;
+    float dot[ROWS_MAX_HEADS];
+#pragma unroll
+    for (int h = 0; h < ROWS_MAX_HEADS; h++) dot[h] = 0.0f;
+    for (int64_t c4 = 0; c4 < dI / 4; c4++) {
+        const float4 k = *reinterpret_cast<const float4 *>(k_s + (c4 * ROWS_POOLS + p) * 4);
+#pragma unroll
+        for (int h = 0; h < ROWS_MAX_HEADS; h++)
+            if (h < Hi) {
+                const float4 qv = *reinterpret_cast<const float4 *>(q_row + h * dI + 4 * c4);
+                dot[h] = __fmaf_rn(qv.x, k.x, dot[h]);
+                dot[h] = __fmaf_rn(qv.y, k.y, dot[h]);
+                dot[h] = __fmaf_rn(qv.z, k.z, dot[h]);
+                dot[h] = __fmaf_rn(qv.w, k.w, dot[h]);
+            }
+    }
+    float sum = 0.0f;
+#pragma unroll
+    for (int h = 0; h < ROWS_MAX_HEADS; h++)
+        if (h < Hi) {
+            const float d = __fmul_rn(dot[h], scale);
+            sum = __fmaf_rn(w_s[r * ROWS_MAX_HEADS + h], d > 0.0f ? d : 0.0f, sum);
+        }
+    scores[t * G + g] = sum;
+}
+
+/* Shared memory of kpool_score_rows_kernel, bytes. */
+static size_t kpool_score_rows_smem(int64_t Hi, int64_t dI) {
+    return (size_t)(ROWS_T * Hi * dI + ROWS_T * ROWS_MAX_HEADS + ROWS_POOLS * dI) * sizeof(float);
+}
+
 glm53_status cuda_kpool_score(glm53_backend *be, glm53_tensor *scores, const glm53_tensor *Q,
                               const glm53_tensor *w, const glm53_tensor *pooled, const glm53_tensor *n_closed,
                               float scale) {
@@ -188,6 +276,17 @@ glm53_status cuda_kpool_score(glm53_backend *be, glm53_tensor *scores, const glm
     assert(cuda_cols(pooled) == dI && glm53_tensor_rows(pooled) >= G && glm53_tensor_numel(n_closed) == T);
     GLM53_TRY(cuda_enter(cb));
     if (T == 0 || G == 0) return GLM53_OK;
+    if (T >= SCORE_MIN_ROWS_FORM && dI % 4 == 0 && Hi <= ROWS_MAX_HEADS &&
+        kpool_score_rows_smem(Hi, dI) <= (size_t)cb->smem_optin) {
+        const size_t rows_smem = kpool_score_rows_smem(Hi, dI);
+        GLM53_TRY(cuda_smem_optin(cb, (const void *)kpool_score_rows_kernel, rows_smem, "kpool_score (rows)"));
+        const dim3 grid((unsigned)((G + ROWS_POOLS - 1) / ROWS_POOLS), (unsigned)((T + ROWS_T - 1) / ROWS_T));
+        CUDA_TRY(cuda_launch(cb, kpool_score_rows_kernel, grid, SCORE_THREADS, rows_smem, cb->pdl,
+                             (float *)scores->data, cuda_act_in(Q), (const float *)w->data,
+                             (const float *)pooled->data, (const int32_t *)n_closed->data, T, G, Hi, dI, scale));
+        CUDA_LAUNCHED("kpool_score (rows)");
+        return GLM53_OK;
+    }
     size_t smem = (size_t)(Hi * dI + Hi) * sizeof(float);
     GLM53_TRY(cuda_smem_optin(cb, (const void *)kpool_score_kernel, smem, "kpool_score"));
     /* SCORE_POOLS_PER_WARP pools per warp amortise the staging of Q over 64 pools a block, which is what many rows

@@ -1967,6 +1967,9 @@ static void group_indexer(void) {
         check_kpool_score(3, 32, 128, 700, dt);
         check_kpool_score(2, 32, 128, 3000, dt);    /* 2 pools a warp */
         check_kpool_score(16, 32, 128, 3000, dt);   /* 4 pools a warp (the prefill grid) */
+        check_kpool_score(17, 32, 128, 3000, dt);   /* the many-rows form from 17 rows: a lane a pool */
+        check_kpool_score(42, 8, 64, 130, dt);      /* rows and pools past whole blocks, 8 heads */
+        check_kpool_score(20, 4, 30, 50, dt);       /* dI not a multiple of 4: the warp-sum form */
         check_kpool_score(3, 3, 33, 20, dt);        /* Q staged element by element, Hi % 8 != 0 */
         check_kpool_score(2, 9, 160, 40, dt);       /* dI > 128: the key not in registers */
     }
