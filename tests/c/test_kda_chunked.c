@@ -34,7 +34,7 @@
  * chunk where some row asks walks its rows, S = a_t * S + k_t u_t^T with the u_t just computed (the rank-1 update
  * of the recurrence without its dependent sums), writing each state asked for.
  *
- * Measured here (2026-12-08): within 7.5e-7 of the output scale (max|err| / max|ref|, outputs and states) of double
+ * Measured here (2026-12-07): within 7.5e-7 of the output scale (max|err| / max|ref|, outputs and states) of double
  * with the lower-bound gate, weak or at the bound; within 3.5e-6 with an unbounded gate of up to -60 a row (the
  * pairwise P_t - P_s of a sub-chunk loses ulp(|P_s|)); the CPU op is 1e-7 .. 5e-7 from double.
  */

@@ -2040,6 +2040,13 @@ static void group_moe(void) {
     check_moe_experts(130, 256, 128, 8, 4, BF16, FP8, 64, false);    /* 64 x 64 scale blocks: a scale per K step */
     check_moe_experts(200, 320, 192, 6, 3, BF16, BF16, 0, false);    /* BF16 experts; D 320: down's last tile half past D */
     check_moe_experts(64, 4096, 2048, 16, 8, BF16, FP8, 128, false); /* the real D and width */
+    /* the wgmma tile's code conversion (bits placed, then a BF16 multiply) on every FP8 code but NaN, then on
+     * nothing but subnormal codes (a flush to zero anywhere would give zeros) */
+    fp8_exp_lo = 0, fp8_exp_count = 16;
+    check_moe_experts(64, 256, 128, 8, 4, BF16, FP8, 128, false);
+    fp8_exp_lo = 0, fp8_exp_count = 1;
+    check_moe_experts(64, 256, 128, 8, 4, BF16, FP8, 128, false);
+    fp8_exp_lo = 4, fp8_exp_count = 6;
     check_moe_experts_held(40, 128, 64, 8, 3, BF16, FP8, 64, false, 2, 3);   /* expert parallel */
     check_moe_rows_invariant(72, 256, 128, 6, 4, FP8, 128, 24);
     check_moe_rows_invariant(72, 128, 192, 5, 3, BF16, 0, 24);
