@@ -1,14 +1,16 @@
 /*
  * gemm_wgmma.cuh - the grouped prefill experts' matmul on Hopper's warpgroup MMA (wgmma, sm_90a): a block tile of
  * 128 activation rows times 128 weight rows, K in steps of 64, FP8 E4M3 weights with 128 x 128 block scales.
- * Private to the CUDA backend; moe.cu's grouped experts use it where every expert fits (gemm_wgmma_fits), and
+ * Private to the CUDA backend; moe.cu's grouped experts use it where every expert fits (gemm_wgmma_weight_fits), and
  * gemm_mma.cuh's mma.sync tile elsewhere.
  *
  * Why: gemm_mma.cuh's tile (64 x 128, mma.sync, each FP8 code converted in registers by both warps that read it)
  * ran the grouped experts of an 8,192-token prefill at about 85 TFLOP/s on the H100 (0.11 of the BF16 floor), and
  * a cp.async ring for its weights changed nothing: the time goes on instruction issue, not on waiting for memory.
  * wgmma reads both operands from shared memory itself (no fragment loads), runs asynchronously while the threads
- * stage the next step, and its m64n128k16 shape does 64 times the work of an m16n8k16 per instruction.
+ * stage the next step, and its m64n128k16 shape does 64 times the work of an m16n8k16 per instruction. Measured
+ * (H100, 2026-12-07, with the codes still converted through F2F): gate + up of that prefill 127.3 -> 51.2 ms, down
+ * 62.2 -> 27.7 ms.
  *
  * Block: 256 threads, two warpgroups; warpgroup w computes tile rows 64 w .. 64 w + 63 against all 128 weight rows
  * (wgmma m64n128k16, BF16 x BF16 -> F32, both operands from shared memory). Per K step of 64:
@@ -27,8 +29,7 @@
  *
  * Precision contract: products of BF16 x and the exact weight values (times 2^-64) summed in F32 by the tensor cores
  * over a scale block of 128 k-values (the order within it is the hardware's), times the block scale and 2^64, blocks
- * added in K order,
- * F32 to the caller's epilogue. A row's result depends only on that x row and the weights (a wgmma row sees no
+ * added in K order, F32 to the caller's epilogue. A row's result depends only on that x row and the weights (a wgmma row sees no
  * other row): batch invariant within this path, the same as gemm_mma.cuh's up to F32 rounding, not in bits.
  * Needs K % 128 == 0, weight halves starting at multiples of 64 rows, 128 x 128 scale blocks, 16-byte aligned rows.
  */
