@@ -33,6 +33,7 @@ enum {
     MHC_SITE_ROWS = 16,          /* rows per mhc_site_rows_kernel block (the fn pieces loaded once for all) */
     MHC_SITE_PIECE = 2048,       /* rows per launch pair: the partials' scratch, H_out still in L2 for the tail */
     MHC_TAIL_THREADS = CUDA_NORM_THREADS + 32,   /* mhc_site_tail_kernel: rmsnorm's 256, and a Sinkhorn warp */
+    MHC_CHUNK_WARPS = MHC_PROJECT_THREADS / 32,  /* warp sums per chunk (mhc_chunk_partials adds them in order) */
 };
 static_assert(MHC_CHUNK == 8 * MHC_PROJECT_THREADS, "stage 1's BF16 path: one 8-element piece of a chunk a thread");
 
@@ -108,6 +109,38 @@ __device__ inline void mhc_chunk_partials(float *out, const float (&acc)[MHC_GRO
         out[v] = s;
     }
     __syncthreads();   /* warp_part is written again by the next group */
+}
+
+/* One step of mhc_warp_sums_halving at offset O: values [0, 2 O) in, [0, O) out. A bit mask picks what is kept and
+ * what is sent, not a ?: on v (which the compiler turned into a select of addresses: v in local memory). */
+template <int O>
+__device__ inline void mhc_halve(float (&v)[32], int lane) {
+    const unsigned upper = (lane & O) ? 0xffffffffu : 0u;
+#pragma unroll
+    for (int i = 0; i < O; i++) {
+        const unsigned lo = __float_as_uint(v[i]), hi = __float_as_uint(v[i + O]);
+        const float send = __uint_as_float((lo & upper) | (hi & ~upper));
+        const float keep = __uint_as_float((hi & upper) | (lo & ~upper));
+        v[i] = keep + __shfl_xor_sync(0xffffffffu, send, O);
+    }
+}
+
+/* mhc_chunk_partials' warp sums without its barriers: lane g (g <= MHC_GROUP) of each warp gets cuda_warp_sum of
+ * the lanes' acc[g], the same additions in the same order (at offset o a lane adds its partner's partial sum to its
+ * own), by halving: at offset o a lane keeps the half of its values whose index has bit o equal to its lane's bit o
+ * and sends the other half, so 31 shuffles instead of 125, and lane g ends with value g. (A C replay of both on
+ * 200,000 random warps, signed zeros among them, found the same bits for every value.) */
+__device__ inline float mhc_warp_sums_halving(const float (&acc)[MHC_GROUP + 1]) {
+    const int lane = threadIdx.x & 31;
+    float v[32];
+#pragma unroll
+    for (int g = 0; g < 32; g++) v[g] = g <= MHC_GROUP ? acc[g] : 0.0f;
+    mhc_halve<16>(v, lane);
+    mhc_halve<8>(v, lane);
+    mhc_halve<4>(v, lane);
+    mhc_halve<2>(v, lane);
+    mhc_halve<1>(v, lane);
+    return v[0];
 }
 
 template <bool VEC>
@@ -444,11 +477,14 @@ mhc_site_kernel(act_out H_out, act_out x, act_out xn, float *post, float *comb, 
  * ~0.25 ms of HBM bytes. Here in two launches, each element through the same device functions in the same order:
  *   1. mhc_site_rows_kernel: grid (ceil(rows / MHC_SITE_ROWS), n_chunks), MHC_PROJECT_THREADS threads; block
  *      (b, c) takes chunk c of MHC_SITE_ROWS rows: the fn rows' pieces loaded once (before the wait on the previous
- *      kernel) for all of them, then per row the post step (mhc_site_kernel's step 1, its expressions), mhc_project8
- *      and mhc_chunk_partials into part, the next row's inputs loaded before this row's barriers;
- *   2. mhc_site_tail_kernel: a block per row, the row's tail as mhc_site_kernel's last block does it, with
- *      rmsnorm_rows_kernel's own 256 threads (thread t its columns, warp w its warp sum) and a ninth warp for post
- *      and the Sinkhorn; the row's streams (the pre's input) are loaded before the partials are summed.
+ *      kernel) for all of them, then per row the post step (mhc_site_kernel's step 1, its expressions),
+ *      mhc_project8, and mhc_chunk_partials' warp sums (mhc_warp_sums_halving: the same bits, no barrier, no shared
+ *      memory, a quarter of the shuffles) stored per warp: part [rows, n_chunks, MHC_CHUNK_WARPS, n_mix + 1]; the
+ *      warps never wait for each other, and the next row's inputs are loaded before this row's sums;
+ *   2. mhc_site_tail_kernel: a block per row, the row's tail as mhc_site_kernel's last block does it (each chunk's
+ *      warp sums added as mhc_chunk_partials adds them, then the chunks in order), with rmsnorm_rows_kernel's own
+ *      256 threads (thread t its columns, warp w its warp sum) and a ninth warp for post and the Sinkhorn; the row's
+ *      streams (the pre's input) are loaded before the partials are summed.
  * No tickets: the kernel boundary orders the partials and H_out before the tail, and post / comb (read in 1,
  * written in 2) are in place as in the one-launch form. */
 template <bool POST>
@@ -462,6 +498,7 @@ mhc_site_rows_kernel(act_out H_out, const float *post, const float *comb, act_in
     const int64_t i = (int64_t)blockIdx.y * MHC_CHUNK + (int64_t)threadIdx.x * 8;   /* this thread's 8 elements */
     const bool mine = i < SD;
     const int64_t k = i / D, d = i % D;   /* the stream and column of the 8 (D % 8 == 0: one stream) */
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 
     cuda_pdl_launch_dependents();
     uint4 raw[MHC_GROUP];
@@ -516,8 +553,9 @@ mhc_site_rows_kernel(act_out H_out, const float *post, const float *comb, act_in
             }
             mhc_project8(acc, hv, raw);
         }
-        if (n + 1 < n_end) load(n + 1);   /* in flight across this row's barriers */
-        mhc_chunk_partials(part + (n * n_chunks + blockIdx.y) * (n_mix + 1), acc, 0, n_mix);
+        if (n + 1 < n_end) load(n + 1);   /* in flight across this row's sums */
+        const float w = mhc_warp_sums_halving(acc);
+        if (lane <= n_mix) part[((n * n_chunks + blockIdx.y) * MHC_CHUNK_WARPS + warp) * (n_mix + 1) + lane] = w;
     }
 }
 
@@ -547,11 +585,17 @@ mhc_site_tail_kernel(act_out x, act_out xn, float *post, float *comb, act_in Hs_
             for (int k = 0; k < S; k++)
                 hk[c][k] = column(c) < D ? __ldcg(reinterpret_cast<const uint4 *>(Hs + k * D + column(c)))
                                          : make_uint4(0, 0, 0, 0);
-    if (u <= n_mix) {   /* the row's sums, chunks in order */
-        const float *p = part + (int64_t)n * n_chunks * (n_mix + 1) + u;
+    if (u <= n_mix) {   /* the row's sums: each chunk's two warp sums as mhc_chunk_partials adds them, chunks in order */
+        const float *p = part + (int64_t)n * n_chunks * MHC_CHUNK_WARPS * (n_mix + 1) + u;
         float v = 0.0f;
 #pragma unroll 8
-        for (int c = 0; c < n_chunks; c++) v += __ldcg(p + (int64_t)c * (n_mix + 1));
+        for (int c = 0; c < n_chunks; c++) {
+            float chunk = 0.0f;
+#pragma unroll
+            for (int w = 0; w < MHC_CHUNK_WARPS; w++)
+                chunk += __ldcg(p + (int64_t)(MHC_CHUNK_WARPS * c + w) * (n_mix + 1));
+            v += chunk;
+        }
         m[u] = v;
     }
     __syncthreads();
@@ -717,7 +761,8 @@ glm53_status cuda_mhc_site(glm53_backend *be, const glm53_mhc_site *site) {
     const bool many = N >= MHC_SITE_MANY_ROWS;
     const int64_t limit = many ? (int64_t)MHC_SITE_PIECE : (int64_t)CUDA_MHC_TICKET_ROWS, piece = N < limit ? N : limit;
     cuda_scratch part;
-    GLM53_TRY(part.get(cb, (size_t)(piece * n_chunks * (n_mix + 1)) * sizeof(float), "mhc_site partial sums"));
+    const int64_t part_per_row = (many ? MHC_CHUNK_WARPS : 1) * n_chunks * (n_mix + 1);   /* the rows kernel's: warps' */
+    GLM53_TRY(part.get(cb, (size_t)(piece * part_per_row) * sizeof(float), "mhc_site partial sums"));
     for (int64_t n0 = 0; n0 < N; n0 += piece) {   /* every tensor here is BF16 but post and comb */
         const int64_t rows = N - n0 < piece ? N - n0 : piece;
         auto bf16_rows = [](const glm53_tensor *t, int64_t offset) { return (char *)t->data + 2 * offset; };
