@@ -30,7 +30,6 @@ enum {
     MHC_COLS = 512,              /* columns of x per stage-2 collapse block: 8 blocks a row at D = 4096 */
     MHC_SITE_THREADS = 96,       /* mhc_site_kernel: stage 1's 64, and a warp for the Sinkhorn of the last block */
     MHC_SITE_MANY_ROWS = 64,     /* mhc_site from this many rows: mhc_site_rows_kernel + mhc_site_tail_kernel */
-    MHC_SITE_ROWS = 16,          /* rows per mhc_site_rows_kernel block (the fn pieces loaded once for all) */
     MHC_SITE_PIECE = 2048,       /* rows per launch pair: the partials' scratch, H_out still in L2 for the tail */
     MHC_TAIL_THREADS = CUDA_NORM_THREADS + 32,   /* mhc_site_tail_kernel: rmsnorm's 256, and a Sinkhorn warp */
     MHC_CHUNK_WARPS = MHC_PROJECT_THREADS / 32,  /* warp sums per chunk (mhc_chunk_partials adds them in order) */
@@ -475,9 +474,10 @@ mhc_site_kernel(act_out H_out, act_out x, act_out xn, float *post, float *comb, 
  * above is a latency chain per block (one row, 24 KB of fn re-read from L2 per block, two barriers, a fence and an
  * atomic, 4 blocks of 3 warps a multiprocessor at 156 registers): 2.1 ms a call at 8,192 rows on the H100 against
  * ~0.25 ms of HBM bytes. Here in two launches, each element through the same device functions in the same order:
- *   1. mhc_site_rows_kernel: grid (ceil(rows / MHC_SITE_ROWS), n_chunks), MHC_PROJECT_THREADS threads; block
- *      (b, c) takes chunk c of MHC_SITE_ROWS rows: the fn rows' pieces loaded once (before the wait on the previous
- *      kernel) for all of them, then per row the post step (mhc_site_kernel's step 1, its expressions),
+ *   1. mhc_site_rows_kernel: grid (row groups, n_chunks), MHC_PROJECT_THREADS threads, as many blocks as the
+ *      device holds at once (one wave: blocks of equal work, no last partial wave); block (b, c) takes chunk c of
+ *      rows_per_block consecutive rows: the fn rows' pieces loaded once (before the wait on the previous kernel)
+ *      for all of them, then per row the post step (mhc_site_kernel's step 1, its expressions),
  *      mhc_project8, and mhc_chunk_partials' warp sums (mhc_warp_sums_halving: the same bits, no barrier, no shared
  *      memory, a quarter of the shuffles) stored per warp: part [rows, n_chunks, MHC_CHUNK_WARPS, n_mix + 1]; the
  *      warps never wait for each other, and the next row's inputs are loaded before this row's sums;
@@ -490,10 +490,10 @@ mhc_site_kernel(act_out H_out, act_out x, act_out xn, float *post, float *comb, 
 template <bool POST>
 __global__ void __launch_bounds__(MHC_PROJECT_THREADS, 6)
 mhc_site_rows_kernel(act_out H_out, const float *post, const float *comb, act_in y, act_in H_in, float *part,
-                     weight_ref fn, int64_t N, int64_t D) {
+                     weight_ref fn, int64_t N, int64_t D, int64_t rows_per_block) {
     constexpr int S = 4, n_mix = (2 + S) * S;
-    const int64_t SD = S * D, n0 = (int64_t)blockIdx.x * MHC_SITE_ROWS;
-    const int64_t n_end = n0 + MHC_SITE_ROWS < N ? n0 + MHC_SITE_ROWS : N;
+    const int64_t SD = S * D, n0 = (int64_t)blockIdx.x * rows_per_block;
+    const int64_t n_end = n0 + rows_per_block < N ? n0 + rows_per_block : N;
     const int n_chunks = (int)gridDim.y;
     const int64_t i = (int64_t)blockIdx.y * MHC_CHUNK + (int64_t)threadIdx.x * 8;   /* this thread's 8 elements */
     const bool mine = i < SD;
@@ -771,10 +771,14 @@ glm53_status cuda_mhc_site(glm53_backend *be, const glm53_mhc_site *site) {
         const act_in ys{y ? bf16_rows(y, n0 * D) : nullptr, true}, Hi{bf16_rows(H_in, n0 * SD), true};
         float *post = (float *)site->post->data + n0 * S, *comb = (float *)site->comb->data + n0 * S * S;
         if (many) {
-            const dim3 grid((unsigned)((rows + MHC_SITE_ROWS - 1) / MHC_SITE_ROWS), (unsigned)n_chunks);
             auto rows_kernel = y ? mhc_site_rows_kernel<true> : mhc_site_rows_kernel<false>;
-            CUDA_TRY(cuda_launch(cb, rows_kernel, grid, MHC_PROJECT_THREADS, 0, cb->pdl, Ho, (const float *)post,
-                                 (const float *)comb, ys, Hi, (float *)part.ptr, fr, rows, D));
+            int per_sm = 0;   /* one wave: row groups per chunk as the device holds at once, rows shared evenly */
+            GLM53_TRY(cuda_blocks_per_sm(cb, (const void *)rows_kernel, MHC_PROJECT_THREADS, 0, &per_sm));
+            const int64_t fit = (int64_t)per_sm * cb->sm_count / n_chunks, most = fit > 0 ? fit : 1;
+            const int64_t per_block = (rows + most - 1) / most, groups = (rows + per_block - 1) / per_block;
+            CUDA_TRY(cuda_launch(cb, rows_kernel, dim3((unsigned)groups, (unsigned)n_chunks), MHC_PROJECT_THREADS, 0,
+                                 cb->pdl, Ho, (const float *)post, (const float *)comb, ys, Hi, (float *)part.ptr, fr,
+                                 rows, D, per_block));
             CUDA_LAUNCHED("mhc_site (rows)");
             const act_in Hs{y ? Ho.data : Hi.data, true};   /* the pre's input */
             CUDA_TRY(cuda_launch(cb, mhc_site_tail_kernel, dim3((unsigned)rows), MHC_TAIL_THREADS, 0, cb->pdl, xs, xns,

@@ -1900,7 +1900,7 @@ static void group_mhc(void) {
     check_mhc_site(5, 40, 0);                   /* every row in one chunk */
     check_mhc_site(64, 4096, 1);                /* from 64 rows the prefill form (rows kernel + tail kernel) */
     check_mhc_site(64, 4096, 0);
-    check_mhc_site(100, 4096, 1);               /* rows not a multiple of the rows kernel's 16 */
+    check_mhc_site(100, 4096, 1);               /* rows shared unevenly among the rows kernel's blocks */
     check_mhc_site(300, 4096, 0);
     check_mhc_site(300, 4096, 1);
     check_mhc_site(100, 136, 1);                /* a last chunk of 32 elements, D not a multiple of 256 */
