@@ -29,6 +29,10 @@ enum {
     MHC_PROJECT_ROWS = 8,        /* rows per stage-1 block (fewer rows than that: one block a row group anyway) */
     MHC_COLS = 512,              /* columns of x per stage-2 collapse block: 8 blocks a row at D = 4096 */
     MHC_SITE_THREADS = 96,       /* mhc_site_kernel: stage 1's 64, and a warp for the Sinkhorn of the last block */
+    MHC_SITE_MANY_ROWS = 64,     /* mhc_site from this many rows: mhc_site_rows_kernel + mhc_site_tail_kernel */
+    MHC_SITE_PIECE = 2048,       /* rows per launch pair: the partials' scratch, H_out still in L2 for the tail */
+    MHC_TAIL_THREADS = CUDA_NORM_THREADS + 32,   /* mhc_site_tail_kernel: rmsnorm's 256, and a Sinkhorn warp */
+    MHC_CHUNK_WARPS = MHC_PROJECT_THREADS / 32,  /* warp sums per chunk (mhc_chunk_partials adds them in order) */
 };
 static_assert(MHC_CHUNK == 8 * MHC_PROJECT_THREADS, "stage 1's BF16 path: one 8-element piece of a chunk a thread");
 
@@ -104,6 +108,38 @@ __device__ inline void mhc_chunk_partials(float *out, const float (&acc)[MHC_GRO
         out[v] = s;
     }
     __syncthreads();   /* warp_part is written again by the next group */
+}
+
+/* One step of mhc_warp_sums_halving at offset O: values [0, 2 O) in, [0, O) out. A bit mask picks what is kept and
+ * what is sent, not a ?: on v (which the compiler turned into a select of addresses: v in local memory). */
+template <int O>
+__device__ inline void mhc_halve(float (&v)[32], int lane) {
+    const unsigned upper = (lane & O) ? 0xffffffffu : 0u;
+#pragma unroll
+    for (int i = 0; i < O; i++) {
+        const unsigned lo = __float_as_uint(v[i]), hi = __float_as_uint(v[i + O]);
+        const float send = __uint_as_float((lo & upper) | (hi & ~upper));
+        const float keep = __uint_as_float((hi & upper) | (lo & ~upper));
+        v[i] = keep + __shfl_xor_sync(0xffffffffu, send, O);
+    }
+}
+
+/* mhc_chunk_partials' warp sums without its barriers: lane g (g <= MHC_GROUP) of each warp gets cuda_warp_sum of
+ * the lanes' acc[g], the same additions in the same order (at offset o a lane adds its partner's partial sum to its
+ * own), by halving: at offset o a lane keeps the half of its values whose index has bit o equal to its lane's bit o
+ * and sends the other half, so 31 shuffles instead of 125, and lane g ends with value g. (A C replay of both on
+ * 200,000 random warps, signed zeros among them, found the same bits for every value.) */
+__device__ inline float mhc_warp_sums_halving(const float (&acc)[MHC_GROUP + 1]) {
+    const int lane = threadIdx.x & 31;
+    float v[32];
+#pragma unroll
+    for (int g = 0; g < 32; g++) v[g] = g <= MHC_GROUP ? acc[g] : 0.0f;
+    mhc_halve<16>(v, lane);
+    mhc_halve<8>(v, lane);
+    mhc_halve<4>(v, lane);
+    mhc_halve<2>(v, lane);
+    mhc_halve<1>(v, lane);
+    return v[0];
 }
 
 template <bool VEC>
@@ -434,6 +470,182 @@ mhc_site_kernel(act_out H_out, act_out x, act_out xn, float *post, float *comb, 
         }
 }
 
+/* mhc_site for many rows (prefill; cuda_mhc_site takes it from MHC_SITE_MANY_ROWS rows on): the one-launch kernel
+ * above is a latency chain per block (one row, 24 KB of fn re-read from L2 per block, two barriers, a fence and an
+ * atomic, 4 blocks of 3 warps a multiprocessor at 156 registers): 2.1 ms a call at 8,192 rows on the H100 against
+ * ~0.25 ms of HBM bytes. Here in two launches, each element through the same device functions in the same order:
+ *   1. mhc_site_rows_kernel: grid (row groups, n_chunks), MHC_PROJECT_THREADS threads, as many blocks as the
+ *      device holds at once (one wave: blocks of equal work, no last partial wave); block (b, c) takes chunk c of
+ *      rows_per_block consecutive rows: the fn rows' pieces loaded once (before the wait on the previous kernel)
+ *      for all of them, then per row the post step (mhc_site_kernel's step 1, its expressions),
+ *      mhc_project8, and mhc_chunk_partials' warp sums (mhc_warp_sums_halving: the same bits, no barrier, no shared
+ *      memory, a quarter of the shuffles) stored per warp: part [rows, n_chunks, MHC_CHUNK_WARPS, n_mix + 1]; the
+ *      warps never wait for each other, and the next row's inputs are loaded before this row's sums;
+ *   2. mhc_site_tail_kernel: a block per row, the row's tail as mhc_site_kernel's last block does it (each chunk's
+ *      warp sums added as mhc_chunk_partials adds them, then the chunks in order), with rmsnorm_rows_kernel's own
+ *      256 threads (thread t its columns, warp w its warp sum) and a ninth warp for post and the Sinkhorn; the row's
+ *      streams (the pre's input) are loaded before the partials are summed.
+ * No tickets: the kernel boundary orders the partials and H_out before the tail, and post / comb (read in 1,
+ * written in 2) are in place as in the one-launch form. */
+template <bool POST>
+__global__ void __launch_bounds__(MHC_PROJECT_THREADS, 6)
+mhc_site_rows_kernel(act_out H_out, const float *post, const float *comb, act_in y, act_in H_in, float *part,
+                     weight_ref fn, int64_t N, int64_t D, int64_t rows_per_block) {
+    constexpr int S = 4, n_mix = (2 + S) * S;
+    const int64_t SD = S * D, n0 = (int64_t)blockIdx.x * rows_per_block;
+    const int64_t n_end = n0 + rows_per_block < N ? n0 + rows_per_block : N;
+    const int n_chunks = (int)gridDim.y;
+    const int64_t i = (int64_t)blockIdx.y * MHC_CHUNK + (int64_t)threadIdx.x * 8;   /* this thread's 8 elements */
+    const bool mine = i < SD;
+    const int64_t k = i / D, d = i % D;   /* the stream and column of the 8 (D % 8 == 0: one stream) */
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+
+    cuda_pdl_launch_dependents();
+    uint4 raw[MHC_GROUP];
+    if (mine) mhc_fn_load8(raw, (const __nv_bfloat16 *)fn.data, 0, n_mix, SD, i);
+    cuda_pdl_wait();
+
+    /* row n's inputs at this thread's elements: y, the S streams of H_in, post[k], comb[.][k] (!POST: H_in's own) */
+    uint4 yb, hb[S];
+    float pk, cjk[S];
+    auto load = [&](int64_t n) {
+        if (!mine) return;
+        if (POST) {
+            yb = *reinterpret_cast<const uint4 *>((const __nv_bfloat16 *)y.data + n * D + d);
+#pragma unroll
+            for (int j = 0; j < S; j++)
+                hb[j] = *reinterpret_cast<const uint4 *>((const __nv_bfloat16 *)H_in.data + (n * S + j) * D + d);
+            pk = post[n * S + k];
+#pragma unroll
+            for (int j = 0; j < S; j++) cjk[j] = comb[(n * S + j) * S + k];
+        } else {
+            hb[0] = *reinterpret_cast<const uint4 *>((const __nv_bfloat16 *)H_in.data + n * SD + i);
+        }
+    };
+    load(n0);
+    for (int64_t n = n0; n < n_end; n++) {
+        float acc[MHC_GROUP + 1];
+#pragma unroll
+        for (int g = 0; g <= MHC_GROUP; g++) acc[g] = 0.0f;
+        if (mine) {
+            /* raw as if new each row: otherwise the compiler keeps all 192 fn values converted across the loop (252
+             * to 255 registers, 4 blocks a multiprocessor, a spill with the post step); 165-168 here, 6 blocks */
+#pragma unroll
+            for (int g = 0; g < MHC_GROUP; g++)
+                asm volatile("" : "+r"(raw[g].x), "+r"(raw[g].y), "+r"(raw[g].z), "+r"(raw[g].w));
+            float hv[8];
+            if (POST) {   /* mhc_site_kernel's step 1, term for term */
+                float yv[8], hj[S][8], a[8];
+                cuda_bf16x8_to_float(yb, yv);
+#pragma unroll
+                for (int j = 0; j < S; j++) cuda_bf16x8_to_float(hb[j], hj[j]);
+#pragma unroll
+                for (int e = 0; e < 8; e++) {
+                    a[e] = __fmul_rn(pk, yv[e]);
+#pragma unroll
+                    for (int j = 0; j < S; j++) a[e] = __fmaf_rn(cjk[j], hj[j][e], a[e]);
+                }
+                const uint4 out = cuda_float8_to_bf16x8(a);
+                *reinterpret_cast<uint4 *>((__nv_bfloat16 *)H_out.data + n * SD + i) = out;
+                cuda_bf16x8_to_float(out, hv);
+            } else {
+                cuda_bf16x8_to_float(hb[0], hv);
+            }
+            mhc_project8(acc, hv, raw);
+        }
+        if (n + 1 < n_end) load(n + 1);   /* in flight across this row's sums */
+        const float w = mhc_warp_sums_halving(acc);
+        if (lane <= n_mix) part[((n * n_chunks + blockIdx.y) * MHC_CHUNK_WARPS + warp) * (n_mix + 1) + lane] = w;
+    }
+}
+
+/* Step 2 above: grid (rows), MHC_TAIL_THREADS threads. Hs: the pre's input (H_out with the post step, else H_in). */
+__global__ void __launch_bounds__(MHC_TAIL_THREADS)
+mhc_site_tail_kernel(act_out x, act_out xn, float *post, float *comb, act_in Hs_all, const float *part, int n_chunks,
+                     weight_ref base, weight_ref scale, weight_ref norm, int64_t D, float rms_eps, float hc_eps,
+                     float norm_eps, int32_t iters) {
+    constexpr int S = 4, n_mix = (2 + S) * S;
+    constexpr int CH = 2;   /* 8-column chunks per thread: D <= 8 * 256 * CH (cuda_mhc_site checks) */
+    static_assert(CUDA_NORM_THREADS == 256, "the named barrier of warps 0-7 below");
+    __shared__ float m[n_mix + 1];
+    __shared__ float pre[S];
+    __shared__ float red[CUDA_NORM_THREADS / 32];
+    const int64_t n = blockIdx.x, SD = S * D;
+    const int u = threadIdx.x;
+    const __nv_bfloat16 *Hs = (const __nv_bfloat16 *)Hs_all.data + n * SD;
+    auto column = [&](int c) { return ((int64_t)c * CUDA_NORM_THREADS + u) * 8; };
+
+    cuda_pdl_launch_dependents();
+    cuda_pdl_wait();
+    uint4 hk[CH][S];   /* rmsnorm thread u's columns of the S streams, in flight while the partials are summed */
+    if (u < CUDA_NORM_THREADS)
+#pragma unroll
+        for (int c = 0; c < CH; c++)
+#pragma unroll
+            for (int k = 0; k < S; k++)
+                hk[c][k] = column(c) < D ? __ldcg(reinterpret_cast<const uint4 *>(Hs + k * D + column(c)))
+                                         : make_uint4(0, 0, 0, 0);
+    if (u <= n_mix) {   /* the row's sums: each chunk's two warp sums as mhc_chunk_partials adds them, chunks in order */
+        const float *p = part + (int64_t)n * n_chunks * MHC_CHUNK_WARPS * (n_mix + 1) + u;
+        float v = 0.0f;
+#pragma unroll 8
+        for (int c = 0; c < n_chunks; c++) {
+            float chunk = 0.0f;
+#pragma unroll
+            for (int w = 0; w < MHC_CHUNK_WARPS; w++)
+                chunk += __ldcg(p + (int64_t)(MHC_CHUNK_WARPS * c + w) * (n_mix + 1));
+            v += chunk;
+        }
+        m[u] = v;
+    }
+    __syncthreads();
+    const float r = 1.0f / sqrtf(m[n_mix] / (float)SD + rms_eps);
+    if (u >= CUDA_NORM_THREADS) {   /* the ninth warp: post and the Sinkhorn */
+        const int lane = u & 31;
+        if (lane < S) post[n * S + lane] = 2.0f * cuda_sigmoid(m[S + lane] * r * scale.at(0, 1) + base.at(0, S + lane));
+        mhc_sinkhorn_lanes<4>(comb + n * S * S, m, r, scale.at(0, 2), base, 4, hc_eps, iters);
+        return;
+    }
+    /* warps 0-7: x = sum_k pre[k] H[k], then xn = rmsnorm(x) */
+    if (u < S) pre[u] = cuda_sigmoid(m[u] * r * scale.at(0, 0) + base.at(0, u)) + hc_eps;
+    asm volatile("bar.sync 1, 256;" ::: "memory");   /* warps 0-7 */
+    uint4 xb[CH];   /* x as BF16, what the rmsnorm kernel would read back */
+    float ss = 0.0f;
+#pragma unroll
+    for (int c = 0; c < CH; c++) {
+        float a[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f}, xr[8];
+#pragma unroll
+        for (int k = 0; k < S; k++) {
+            float hf[8];
+            cuda_bf16x8_to_float(hk[c][k], hf);
+#pragma unroll
+            for (int e = 0; e < 8; e++) a[e] = __fmaf_rn(pre[k], hf[e], a[e]);
+        }
+        xb[c] = cuda_float8_to_bf16x8(a);
+        if (column(c) >= D) continue;
+        *reinterpret_cast<uint4 *>((__nv_bfloat16 *)x.data + n * D + column(c)) = xb[c];
+        cuda_bf16x8_to_float(xb[c], xr);
+#pragma unroll
+        for (int e = 0; e < 8; e++) ss = __fmaf_rn(xr[e], xr[e], ss);
+    }
+    const float w = cuda_warp_sum(ss);
+    if ((u & 31) == 0) red[u >> 5] = w;
+    asm volatile("bar.sync 1, 256;" ::: "memory");   /* warps 0-7 */
+    float total = 0.0f;
+    for (int v = 0; v < CUDA_NORM_THREADS / 32; v++) total += red[v];
+    const float inv_rms = 1.0f / sqrtf(total / (float)D + norm_eps);
+#pragma unroll
+    for (int c = 0; c < CH; c++) {
+        const int64_t col = column(c);
+        if (col >= D) continue;
+        float xr[8], o[8];
+        cuda_bf16x8_to_float(xb[c], xr);
+#pragma unroll
+        for (int e = 0; e < 8; e++) o[e] = xr[e] * inv_rms * norm.at(0, col + e);
+        *reinterpret_cast<uint4 *>((__nv_bfloat16 *)xn.data + n * D + col) = cuda_float8_to_bf16x8(o);
+    }
+}
+
 /* H_out[n][k][d] = post[n][k] y[n][d] + sum_j comb[n][j][k] H_in[n][j][d]  (comb applied transposed). */
 __global__ void mhc_post_kernel(act_out H_out, act_in y, act_in H_in, const float *post, const float *comb,
                                 int64_t N, int64_t S, int64_t D) {
@@ -514,9 +726,11 @@ glm53_status cuda_mhc_pre(glm53_backend *be, glm53_tensor *x, glm53_tensor *post
     return GLM53_OK;
 }
 
-/* mhc_site (backend.h) in one launch where it fits (S = 4, BF16 activations and fn, D % 8 == 0 and D <= 4096,
- * 16-byte aligned rows), else GLM53_ERR_UNSUPPORTED before anything runs. Rows go in pieces of at most
- * CUDA_MHC_TICKET_ROWS (the tickets the kernel counts chunks with, cb->mhc_tickets). */
+/* mhc_site (backend.h) where it fits (S = 4, BF16 activations and fn, D % 8 == 0 and D <= 4096, 16-byte aligned
+ * rows), else GLM53_ERR_UNSUPPORTED before anything runs. Fewer than MHC_SITE_MANY_ROWS rows (decode): one launch
+ * of mhc_site_kernel per piece of at most CUDA_MHC_TICKET_ROWS rows (the tickets it counts chunks with,
+ * cb->mhc_tickets). From MHC_SITE_MANY_ROWS rows (prefill): mhc_site_rows_kernel then mhc_site_tail_kernel per piece
+ * of at most MHC_SITE_PIECE rows (the partials' scratch, and the piece's H_out for the tail to find in L2). */
 glm53_status cuda_mhc_site(glm53_backend *be, const glm53_mhc_site *site) {
     cuda_backend *cb = cuda_impl(be);
     const glm53_tensor *H_in = site->H_in, *y = site->y, *fn = site->fn;
@@ -544,9 +758,11 @@ glm53_status cuda_mhc_site(glm53_backend *be, const glm53_mhc_site *site) {
     GLM53_TRY(cuda_enter(cb));
     if (N == 0) return GLM53_OK;
     const int n_mix = (int)((2 + S) * S), n_chunks = (int)((SD + MHC_CHUNK - 1) / MHC_CHUNK);
-    const int64_t piece = N < CUDA_MHC_TICKET_ROWS ? N : CUDA_MHC_TICKET_ROWS;
+    const bool many = N >= MHC_SITE_MANY_ROWS;
+    const int64_t limit = many ? (int64_t)MHC_SITE_PIECE : (int64_t)CUDA_MHC_TICKET_ROWS, piece = N < limit ? N : limit;
     cuda_scratch part;
-    GLM53_TRY(part.get(cb, (size_t)(piece * n_chunks * (n_mix + 1)) * sizeof(float), "mhc_site partial sums"));
+    const int64_t part_per_row = (many ? MHC_CHUNK_WARPS : 1) * n_chunks * (n_mix + 1);   /* the rows kernel's: warps' */
+    GLM53_TRY(part.get(cb, (size_t)(piece * part_per_row) * sizeof(float), "mhc_site partial sums"));
     for (int64_t n0 = 0; n0 < N; n0 += piece) {   /* every tensor here is BF16 but post and comb */
         const int64_t rows = N - n0 < piece ? N - n0 : piece;
         auto bf16_rows = [](const glm53_tensor *t, int64_t offset) { return (char *)t->data + 2 * offset; };
@@ -554,6 +770,23 @@ glm53_status cuda_mhc_site(glm53_backend *be, const glm53_mhc_site *site) {
         const act_out xs{bf16_rows(site->x, n0 * D), true}, xns{bf16_rows(site->xn, n0 * D), true};
         const act_in ys{y ? bf16_rows(y, n0 * D) : nullptr, true}, Hi{bf16_rows(H_in, n0 * SD), true};
         float *post = (float *)site->post->data + n0 * S, *comb = (float *)site->comb->data + n0 * S * S;
+        if (many) {
+            auto rows_kernel = y ? mhc_site_rows_kernel<true> : mhc_site_rows_kernel<false>;
+            int per_sm = 0;   /* one wave: row groups per chunk as the device holds at once, rows shared evenly */
+            GLM53_TRY(cuda_blocks_per_sm(cb, (const void *)rows_kernel, MHC_PROJECT_THREADS, 0, &per_sm));
+            const int64_t fit = (int64_t)per_sm * cb->sm_count / n_chunks, most = fit > 0 ? fit : 1;
+            const int64_t per_block = (rows + most - 1) / most, groups = (rows + per_block - 1) / per_block;
+            CUDA_TRY(cuda_launch(cb, rows_kernel, dim3((unsigned)groups, (unsigned)n_chunks), MHC_PROJECT_THREADS, 0,
+                                 cb->pdl, Ho, (const float *)post, (const float *)comb, ys, Hi, (float *)part.ptr, fr,
+                                 rows, D, per_block));
+            CUDA_LAUNCHED("mhc_site (rows)");
+            const act_in Hs{y ? Ho.data : Hi.data, true};   /* the pre's input */
+            CUDA_TRY(cuda_launch(cb, mhc_site_tail_kernel, dim3((unsigned)rows), MHC_TAIL_THREADS, 0, cb->pdl, xs, xns,
+                                 post, comb, Hs, (const float *)part.ptr, n_chunks, br, sr, nr, D, site->rms_eps,
+                                 site->hc_eps, site->norm_eps, site->sinkhorn_iters));
+            CUDA_LAUNCHED("mhc_site");
+            continue;
+        }
         const dim3 grid((unsigned)rows, (unsigned)n_chunks);
         auto kernel = y ? mhc_site_kernel<true> : mhc_site_kernel<false>;
         CUDA_TRY(cuda_launch(cb, kernel, grid, MHC_SITE_THREADS, 0, cb->pdl, Ho, xs, xns, post, comb, ys, Hi,

@@ -1898,6 +1898,14 @@ static void group_mhc(void) {
     check_mhc_site(17, 4096, 1);
     check_mhc_site(3, 136, 1);                  /* a last chunk of 32 elements, D not a multiple of 256 */
     check_mhc_site(5, 40, 0);                   /* every row in one chunk */
+    check_mhc_site(64, 4096, 1);                /* from 64 rows the prefill form (rows kernel + tail kernel) */
+    check_mhc_site(64, 4096, 0);
+    check_mhc_site(100, 4096, 1);               /* rows shared unevenly among the rows kernel's blocks */
+    check_mhc_site(300, 4096, 0);
+    check_mhc_site(300, 4096, 1);
+    check_mhc_site(100, 136, 1);                /* a last chunk of 32 elements, D not a multiple of 256 */
+    check_mhc_site(300, 40, 0);                 /* every row in one chunk */
+    check_mhc_site(2100, 136, 1);               /* two launch pairs (2,048 rows each) */
     check_mhc_site_refuses();
     check_mhc_pre_rows_invariant(3, 4, 130);    /* element loads */
 }
@@ -2159,6 +2167,53 @@ done:
 }
 
 typedef struct {
+    glm53_mhc_site site;
+} mhc_site_ctx;
+static glm53_status call_mhc_site(void *p) {
+    mhc_site_ctx *c = p;
+    return gpu->ops->mhc_site(gpu, &c->site);
+}
+
+/* mhc_site with the post step at S 4, D 4096 (a site between two blocks): N 1 takes the one-launch kernel, N 64 and
+ * up the prefill form. Repeated calls feed post and comb back in place, as the model does. */
+static void bench_mhc_site(int64_t N) {
+    const int64_t S = 4, D = 4096, n_mix = (2 + S) * S;
+    char shape[64];
+    snprintf(shape, sizeof shape, "N %lld S 4 D 4096", (long long)N);
+    check_begin("bench mhc_site", "bf16", "%s", shape);
+    if (!gpu->ops->mhc_site) goto done;
+    mhc_site_ctx c = {0};
+    glm53_tensor *H_out, *x, *xn, *post, *comb, *y, *H_in, *fn, *base, *scale, *norm;
+    TRY(bench_weight(&fn, BF16, n_mix, S * D));
+    TRY(new_tensor(gpu, &H_out, BF16, SHAPE(N, S, D)));
+    TRY(new_tensor(gpu, &x, BF16, SHAPE(N, D)));
+    TRY(new_tensor(gpu, &xn, BF16, SHAPE(N, D)));
+    TRY(new_tensor(gpu, &post, F32, SHAPE(N, S)));
+    TRY(new_tensor(gpu, &comb, F32, SHAPE(N, S, S)));
+    TRY(new_tensor(gpu, &y, BF16, SHAPE(N, D)));
+    TRY(new_tensor(gpu, &H_in, BF16, SHAPE(N, S, D)));
+    TRY(new_tensor(gpu, &base, F32, SHAPE(n_mix)));
+    TRY(new_tensor(gpu, &scale, F32, SHAPE(3)));
+    TRY(new_tensor(gpu, &norm, BF16, SHAPE(D)));
+    TRY(gpu->ops->fill(gpu, post, 1.0f));
+    TRY(gpu->ops->fill(gpu, comb, 0.25f));
+    TRY(gpu->ops->fill(gpu, y, 0.5f));
+    TRY(gpu->ops->fill(gpu, H_in, 0.5f));
+    TRY(gpu->ops->fill(gpu, base, 0.1f));
+    TRY(gpu->ops->fill(gpu, scale, 1.0f));
+    TRY(gpu->ops->fill(gpu, norm, 1.0f));
+    c.site = (glm53_mhc_site){.H_out = H_out, .x = x, .xn = xn, .post = post, .comb = comb, .y = y, .H_in = H_in,
+                              .fn = fn, .base = base, .scale = scale, .norm = norm, .rms_eps = 1e-5f, .hc_eps = 1e-6f,
+                              .norm_eps = 1e-5f, .sinkhorn_iters = 20};
+    double us = bench_time(call_mhc_site, &c);
+    /* floor: H read and written, y read, x and xn written (BF16), and fn once */
+    double bytes = 2.0 * (2.0 * N * S * D + 3.0 * N * D + (double)n_mix * S * D);
+    if (us >= 0) bench_record("mhc_site", shape, us, bytes, 2.0 * N * S * D * (n_mix + 2 * S + 1));
+done:
+    bench_end();
+}
+
+typedef struct {
     glm53_tensor *o, *q, *k, *v, *g, *beta, *states, *slots;
 } kda_ctx;
 static glm53_status call_kda(void *p) {
@@ -2284,6 +2339,9 @@ static void run_benches(void) {
     bench_kda(1);
     bench_kda(64);
     bench_kda(8192);   /* a long prefill: the chunked form's case under GLM53_CUDA_KDA_CHUNKED=1 */
+    bench_mhc_site(1);
+    bench_mhc_site(64);
+    bench_mhc_site(8192);   /* a long prefill: 16 calls a step */
     bench_sparse_mla(1);
     bench_sparse_mla(16);
     bench_moe(1);
