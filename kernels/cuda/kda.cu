@@ -326,19 +326,21 @@ kda_recurrent_columns_kernel(act_out o, act_in q, act_in k, act_in v, const floa
  * near 1 carries the rounding of a long prefix sum.
  *
  * Two kernels per piece of the batch's chunks:
- *   kda_chunk_intra_kernel, a block per (chunk, head, sequence), 128 threads: everything above that does not
- *     depend on S0 (A and Mqk, T by forward substitution, W, Ut, Qb, Kd, decay) into F32 scratch,
- *     kda_chunk_floats(dk, dv) floats a chunk and head (70,144 bytes at 128 x 128).
- *   kda_chunk_inter_kernel, a block per (head, 64 state columns, sequence), 256 threads, walks the sequence's
- *     chunks in order with its part of S: U = Ut - W S and Qb S (one product of [W; Qb] [64, dk] by S), O, then
- *     S_C; each chunk's scratch is copied into shared memory (cp.async) while the one before is computed.
+ *   kda_chunk_intra_kernel, a block per (chunk, head, sequence), 256 threads (two per key channel; two blocks a
+ *     multiprocessor): everything above that does not depend on S0 (A and Mqk, T by forward substitution, W, Ut,
+ *     Qb, Kd, decay) into F32 scratch, kda_chunk_floats(dk, dv) floats a chunk and head (70,144 bytes at 128 x 128).
+ *   kda_chunk_inter_kernel, a block per (head, 64 state columns, sequence), 512 threads (one block a
+ *     multiprocessor), walks the sequence's chunks in order with its part of S: U = Ut - W S and Qb S (one product
+ *     of [W; Qb] [64, dk] by S, the key rows in two halves), O, then S_C; each chunk's scratch is copied into
+ *     shared memory (cp.async) while the one before is computed.
  *   A chunk with a row whose state the ring keeps (slots[1 + t] >= 0: the last `ring` rows of a prefill) walks
  *     its rows instead of taking S_C: S = exp(g_t) * S + k_t u_t^T with the chunk's u, the token kernel's
  *     operations for that update, writing each state asked for. The last row's state always goes to a slot (the
  *     contract), so the state that ends a sequence is a walked one.
- * The products are F32 FMAs on the CUDA cores, each a plain sum in a fixed order (tests/c/test_kda_chunked.c
- * models it); each of them is a tile product that tensor cores could take over (3xTF32 or split BF16 to keep F32
- * accuracy).
+ * The products are F32 FMAs on the CUDA cores, each a sum in a fixed order (tests/c/test_kda_chunked.c models
+ * them, the kernels' orders included: [W; Qb] S as two halves of the key rows added, the pairwise decays as
+ * exp2f((P_t - P_s) log2(e))); each of them is a tile product that tensor cores could take over (3xTF32 or
+ * split BF16 to keep F32 accuracy).
  *
  * Cost per chunk and head at dk = dv = 128: intra 0.56 MFLOP (A and Mqk 528 pairs x 128 x 2, W and Ut 528 x 128
  * each, T 5 k) and 41 k exponentials; inter 3.3 MFLOP (2 x 32 x 128 x 128 for [W; Qb] S, 528 x 128 for Mqk U,
@@ -346,8 +348,13 @@ kda_recurrent_columns_kernel(act_out o, act_in q, act_in k, act_in v, const floa
  * of F32 FMAs an H100 sustains, against 11 ms for the token kernel; scratch traffic 1.15 GB written and read
  * once more, about 0.7 ms of HBM if it did not overlap (the inter kernel's copies run ahead of its products).
  * Expected about 1.5-2 ms a layer; measured on the H100 (2026-12-07, 8,192 tokens): 3.2 ms intra + 2.7 ms inter a
- * layer (Nsight Compute at 2,048 tokens: intra 6% achieved occupancy and 16% of issue slots busy, inter 13% and
- * 27%: latency-bound, not at their FLOPs), against 9.6 ms for the token kernel.
+ * layer (Nsight Compute on a call of 2 chunks, grid (2, 64): intra 53 us a block, 4 warps a multiprocessor, 16% of
+ * issue slots busy, 22 of 32 threads active (most warps ran both kinds of pair), 17 k instructions a warp; inter
+ * 8 warps, 27% busy, waiting on shared-memory loads: latency-bound, not at their FLOPs), against 9.6 ms for the
+ * token kernel. Hence (not yet run on a GPU): intra 256 threads, two blocks a multiprocessor (16 warps), pairs
+ * of one kind a warp, exp2f for the pairwise decays, W beside Kd and Ut, about 30 k instructions a block instead of
+ * 69 k; inter 512 threads (16 warps), phase A split over the key rows. The inter kernel's floor on the CUDA cores
+ * is about 3.2 us a chunk at 100% FMA issue (0.8 ms a layer); past that, tensor cores.
  *
  * Precision: the sums are reordered, so the chunked form agrees with the CPU op (and with the token kernel) to F32
  * rounding, not bit for bit; prefill in pieces of different sizes agrees to rounding. Decode and verification
@@ -410,8 +417,9 @@ static inline int64_t kda_intra_smem_floats(int64_t dk) {
 /* grid (chunks of the piece's longest entry, H, entries), KDA_INTRA_THREADS threads, kda_intra_smem_floats(dk)
  * floats of dynamic shared memory (two blocks a multiprocessor: 16 warps). q, k [N,H,dk], v [N,H,dv] activations,
  * g [N,H,dk], beta [N,H] F32; scratch [chunks of the piece][H][kda_chunk_layout.size] F32. The arithmetic of
- * tests/c/test_kda_chunked.c's model_intra up to rounding: FMA contraction, and the pairwise decays of A and Mqk
- * as exp2 of running sums kept times log2(e) (one MUFU op where expf takes about eight instructions).
+ * tests/c/test_kda_chunked.c's model_intra up to FMA contraction; the pairwise decays of A and Mqk are
+ * exp2f((P_t - P_s) log2(e)) there too (a MUFU op and a fix-up where expf takes about eight instructions; the
+ * difference is formed before the scaling, which keeps expf's accuracy there).
  * Two threads per key channel i (half = tid / 128): the rows are loaded by sub-chunk (half h takes rows 16h ..
  * 16h + 15: their running sums restart at the sub-chunk), the pairs of A and Mqk go in two classes so that a warp
  * never runs both (the 240 pairs s < t of one sub-chunk, each with 128 exponentials, one round of 240 threads;
@@ -440,7 +448,7 @@ kda_chunk_intra_kernel(act_in q, act_in k, act_in v, const float *g, const float
     float *s_beta = s_Tb + KDA_CHUNK * M;
 
     /* Sub-chunk `half` of the rows, by key channel (coalesced over i), zero past n; P the running sum of g from
-     * the sub-chunk's first row, kept as P log2(e); then this channel of the factored block: half 0 the
+     * the sub-chunk's first row; then this channel of the factored block: half 0 the
      * ks0 = k_s exp(g_{s+1} + ... + g_15) (s < 16), half 1 the kt1 = k_t exp(P_t) and qt1 = q_t exp(P_t) (t >= 16).
      * Each thread reads back only what it wrote. */
     if (i < dk) {
@@ -454,7 +462,7 @@ kda_chunk_intra_kernel(act_in q, act_in k, act_in v, const float *g, const float
             s_k[t * dkp + i] = in ? k[at] : 0.0f;
             s_q[t * dkp + i] = in ? q[at] : 0.0f;
             s_g[t * dkp + i] = gv;
-            s_P[t * dkp + i] = P * log2e;
+            s_P[t * dkp + i] = P;
         }
         if (half == 0) {
             float after = 0.0f;
@@ -464,7 +472,7 @@ kda_chunk_intra_kernel(act_in q, act_in k, act_in v, const float *g, const float
             }
         } else {
             for (int t = 0; t < KDA_SUB; t++) {
-                const float e = exp2f(s_P[(KDA_SUB + t) * dkp + i]);
+                const float e = expf(s_P[(KDA_SUB + t) * dkp + i]);
                 kt1[t * dkp + i] = s_k[(KDA_SUB + t) * dkp + i] * e;
                 qt1[t * dkp + i] = s_q[(KDA_SUB + t) * dkp + i] * e;
             }
@@ -497,7 +505,7 @@ kda_chunk_intra_kernel(act_in q, act_in k, act_in v, const float *g, const float
                 const float uv[4] = {ps.x, ps.y, ps.z, ps.w};
 #pragma unroll
                 for (int r = 0; r < 4; r++) {
-                    const float ke = sv[r] * exp2f(tv[r] - uv[r]);
+                    const float ke = sv[r] * exp2f((tv[r] - uv[r]) * log2e);
                     a = fmaf(kv[r], ke, a);
                     m = fmaf(qv[r], ke, m);
                 }
@@ -614,8 +622,8 @@ static inline int64_t kda_inter_smem_floats(int64_t dk) {
  *     walk over the chunk's rows when one of them asks for its state.
  * The state comes from states[slots[0]] (or the carry buffer when the piece before ended inside this sequence)
  * and is read before any snapshot is written, so a ring of one is safe; carry_out gets the piece's last state
- * when the sequence goes on in the next piece. The arithmetic of test_kda_chunked.c's model_inter up to rounding
- * (FMA contraction, and W S and Qb S summed as two halves of the key rows); the walk has the token kernel's
+ * when the sequence goes on in the next piece. The arithmetic of test_kda_chunked.c's model_inter (W S and Qb S as
+ * two halves of the key rows added, there too) up to FMA contraction; the walk has the token kernel's
  * operations. Until 2026-12-07 it had 256 threads (8 warps a multiprocessor, each with the whole of the key rows
  * and 8 rows of S): 27% of issue slots busy, the warps waiting on their shared-memory loads (Nsight Compute). */
 __global__ void __launch_bounds__(KDA_INTER_THREADS, 1)
