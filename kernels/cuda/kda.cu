@@ -326,19 +326,21 @@ kda_recurrent_columns_kernel(act_out o, act_in q, act_in k, act_in v, const floa
  * near 1 carries the rounding of a long prefix sum.
  *
  * Two kernels per piece of the batch's chunks:
- *   kda_chunk_intra_kernel, a block per (chunk, head, sequence), 128 threads: everything above that does not
- *     depend on S0 (A and Mqk, T by forward substitution, W, Ut, Qb, Kd, decay) into F32 scratch,
- *     kda_chunk_floats(dk, dv) floats a chunk and head (70,144 bytes at 128 x 128).
- *   kda_chunk_inter_kernel, a block per (head, 64 state columns, sequence), 256 threads, walks the sequence's
- *     chunks in order with its part of S: U = Ut - W S and Qb S (one product of [W; Qb] [64, dk] by S), O, then
- *     S_C; each chunk's scratch is copied into shared memory (cp.async) while the one before is computed.
+ *   kda_chunk_intra_kernel, a block per (chunk, head, sequence), 256 threads (two per key channel; two blocks a
+ *     multiprocessor): everything above that does not depend on S0 (A and Mqk, T by forward substitution, W, Ut,
+ *     Qb, Kd, decay) into F32 scratch, kda_chunk_floats(dk, dv) floats a chunk and head (70,144 bytes at 128 x 128).
+ *   kda_chunk_inter_kernel, a block per (head, 64 state columns, sequence), 512 threads (one block a
+ *     multiprocessor), walks the sequence's chunks in order with its part of S: U = Ut - W S and Qb S (one product
+ *     of [W; Qb] [64, dk] by S, the key rows in two halves), O, then S_C; each chunk's scratch is copied into
+ *     shared memory (cp.async) while the one before is computed.
  *   A chunk with a row whose state the ring keeps (slots[1 + t] >= 0: the last `ring` rows of a prefill) walks
  *     its rows instead of taking S_C: S = exp(g_t) * S + k_t u_t^T with the chunk's u, the token kernel's
  *     operations for that update, writing each state asked for. The last row's state always goes to a slot (the
  *     contract), so the state that ends a sequence is a walked one.
- * The products are F32 FMAs on the CUDA cores, each a plain sum in a fixed order (tests/c/test_kda_chunked.c
- * models it); each of them is a tile product that tensor cores could take over (3xTF32 or split BF16 to keep F32
- * accuracy).
+ * The products are F32 FMAs on the CUDA cores, each a sum in a fixed order (tests/c/test_kda_chunked.c models
+ * them, the kernels' orders included: [W; Qb] S as two halves of the key rows added, the pairwise decays as
+ * exp2f((P_t - P_s) log2(e))); each of them is a tile product that tensor cores could take over (3xTF32 or
+ * split BF16 to keep F32 accuracy).
  *
  * Cost per chunk and head at dk = dv = 128: intra 0.56 MFLOP (A and Mqk 528 pairs x 128 x 2, W and Ut 528 x 128
  * each, T 5 k) and 41 k exponentials; inter 3.3 MFLOP (2 x 32 x 128 x 128 for [W; Qb] S, 528 x 128 for Mqk U,
@@ -346,8 +348,13 @@ kda_recurrent_columns_kernel(act_out o, act_in q, act_in k, act_in v, const floa
  * of F32 FMAs an H100 sustains, against 11 ms for the token kernel; scratch traffic 1.15 GB written and read
  * once more, about 0.7 ms of HBM if it did not overlap (the inter kernel's copies run ahead of its products).
  * Expected about 1.5-2 ms a layer; measured on the H100 (2026-12-07, 8,192 tokens): 3.2 ms intra + 2.7 ms inter a
- * layer (Nsight Compute at 2,048 tokens: intra 6% achieved occupancy and 16% of issue slots busy, inter 13% and
- * 27%: latency-bound, not at their FLOPs), against 9.6 ms for the token kernel.
+ * layer (Nsight Compute on a call of 2 chunks, grid (2, 64): intra 53 us a block, 4 warps a multiprocessor, 16% of
+ * issue slots busy, 22 of 32 threads active (most warps ran both kinds of pair), 17 k instructions a warp; inter
+ * 8 warps, 27% busy, waiting on shared-memory loads: latency-bound, not at their FLOPs), against 9.6 ms for the
+ * token kernel. Hence (not yet run on a GPU): intra 256 threads, two blocks a multiprocessor (16 warps), pairs
+ * of one kind a warp, exp2f for the pairwise decays, W beside Kd and Ut, about 30 k instructions a block instead of
+ * 69 k; inter 512 threads (16 warps), phase A split over the key rows. The inter kernel's floor on the CUDA cores
+ * is about 3.2 us a chunk at 100% FMA issue (0.8 ms a layer); past that, tensor cores.
  *
  * Precision: the sums are reordered, so the chunked form agrees with the CPU op (and with the token kernel) to F32
  * rounding, not bit for bit; prefill in pieces of different sizes agrees to rounding. Decode and verification
@@ -358,18 +365,21 @@ enum {
     KDA_SUB = 16,                 /* rows a sub-chunk */
     KDA_CHUNK_MAX_DK = 128,       /* key widths the chunked kernels take */
     KDA_CHUNKED_MIN_ROWS = 64,    /* a sequence of fewer rows keeps the token kernel (decode, verification) */
-    KDA_INTRA_THREADS = 128,      /* a thread per key channel */
+    KDA_INTRA_THREADS = 256,      /* two threads per key channel: one per sub-chunk, or one per product */
     KDA_INTER_COLS = 64,          /* state columns an inter-chunk block carries */
-    KDA_INTER_THREADS = 256,      /* 16 x 16 threads: row groups x groups of 4 columns */
+    KDA_INTER_THREADS = 512,      /* 32 x 16 threads: row groups x groups of 4 columns */
     KDA_CHUNK_PAIRS = KDA_CHUNK * (KDA_CHUNK + 1) / 2,   /* (t, s), s <= t */
+    KDA_DECAY_PAIRS = 2 * KDA_SUB * (KDA_SUB - 1) / 2,   /* s < t in one sub-chunk: a pairwise exponential a channel */
     KDA_MQK_STRIDE = KDA_CHUNK + 4,                      /* shared rows of A, Mqk, Tb: 16-byte multiples */
     KDA_INTER_STRIDE = KDA_INTER_COLS + 4,               /* shared rows of S, U and Qb S */
 };
 static_assert(KDA_CHUNK == 2 * KDA_SUB, "a chunk is two sub-chunks: one block of pairs across them");
 static_assert(KDA_CHUNK == 32, "the forward substitution: a lane per column of T; phase B: 2 rows x 16 groups");
-static_assert(KDA_INTRA_THREADS >= KDA_CHUNK_MAX_DK, "the intra kernel: a thread per key channel");
-static_assert(KDA_INTER_THREADS == 16 * (KDA_INTER_COLS / 4) && KDA_CHUNK_MAX_DK == 16 * 8,
-              "the inter kernel: 16 row groups (4 rows of [W; Qb], 2 of O, 8 of S) x 16 groups of 4 columns");
+static_assert(KDA_INTRA_THREADS == 2 * KDA_CHUNK_MAX_DK, "the intra kernel: two threads per key channel");
+static_assert(KDA_DECAY_PAIRS <= KDA_INTRA_THREADS, "the intra kernel: the pairwise-decay pairs in one round");
+static_assert(KDA_INTER_THREADS == 32 * (KDA_INTER_COLS / 4) && KDA_CHUNK_MAX_DK == 32 * 4 && KDA_CHUNK == 32,
+              "the inter kernel: 32 row groups (4 rows of W or Qb and half the key rows, 1 of O, 4 of S) x 16 groups "
+              "of 4 columns");
 
 /* One sequence's part of a piece: its chunks chunk0 .. chunk0 + n_chunks - 1 (chunk c = rows 32c .. 32c + 31 of the
  * sequence, the last one partial), whose scratch starts at chunk index `base` of the piece. */
@@ -405,22 +415,31 @@ static inline int64_t kda_intra_smem_floats(int64_t dk) {
 }
 
 /* grid (chunks of the piece's longest entry, H, entries), KDA_INTRA_THREADS threads, kda_intra_smem_floats(dk)
- * floats of dynamic shared memory. q, k [N,H,dk], v [N,H,dv] activations, g [N,H,dk], beta [N,H] F32; scratch
- * [chunks of the piece][H][kda_chunk_layout.size] F32. The same arithmetic as tests/c/test_kda_chunked.c's
- * model_intra, up to FMA contraction. */
-__global__ void __launch_bounds__(KDA_INTRA_THREADS)
+ * floats of dynamic shared memory (two blocks a multiprocessor: 16 warps). q, k [N,H,dk], v [N,H,dv] activations,
+ * g [N,H,dk], beta [N,H] F32; scratch [chunks of the piece][H][kda_chunk_layout.size] F32. The arithmetic of
+ * tests/c/test_kda_chunked.c's model_intra up to FMA contraction; the pairwise decays of A and Mqk are
+ * exp2f((P_t - P_s) log2(e)) there too (a MUFU op and a fix-up where expf takes about eight instructions; the
+ * difference is formed before the scaling, which keeps expf's accuracy there).
+ * Two threads per key channel i (half = tid / 128): the rows are loaded by sub-chunk (half h takes rows 16h ..
+ * 16h + 15: their running sums restart at the sub-chunk), the pairs of A and Mqk go in two classes so that a warp
+ * never runs both (the 240 pairs s < t of one sub-chunk, each with 128 exponentials, one round of 240 threads;
+ * then the 256 factored pairs and the 32 pairs t = s, plain dot products), and the last part runs W (half 0)
+ * beside Kd and Ut (half 1). Until 2026-12-07 it had 128 threads, a pair order that put both kinds of pair in most
+ * warps, and W, Kd and Ut one after another: 53 us a block, 16% of issue slots busy (Nsight Compute). */
+__global__ void __launch_bounds__(KDA_INTRA_THREADS, 2)
 kda_chunk_intra_kernel(act_in q, act_in k, act_in v, const float *g, const float *beta,
                        const __grid_constant__ kda_chunk_table seqs, float *scratch, int64_t H, int64_t dk,
                        int64_t dv) {
     cuda_pdl_begin();
     const kda_chunk_seq &sq = seqs.seq[blockIdx.z];
     if ((int)blockIdx.x >= sq.n_chunks) return;
-    const int tid = threadIdx.x;
+    const int tid = threadIdx.x, half = tid / KDA_CHUNK_MAX_DK, i = tid % KDA_CHUNK_MAX_DK;
     const int64_t h = blockIdx.y, t0 = (int64_t)(sq.chunk0 + blockIdx.x) * KDA_CHUNK;
     const int n = (int)(sq.T - t0 < KDA_CHUNK ? sq.T - t0 : KDA_CHUNK);   /* rows of this chunk; the rest zero */
     const int64_t dkp = dk + 4, M = KDA_MQK_STRIDE;
     const kda_chunk_layout lay = kda_chunk_layout_of(dk, dv);
     float *out = scratch + ((int64_t)(sq.base + blockIdx.x) * H + h) * lay.size;
+    const float log2e = 1.4426950408889634f;
 
     extern __shared__ __align__(16) float intra_smem[];
     float *s_k = intra_smem, *s_q = s_k + KDA_CHUNK * dkp, *s_g = s_q + KDA_CHUNK * dkp, *s_P = s_g + KDA_CHUNK * dkp;
@@ -428,45 +447,53 @@ kda_chunk_intra_kernel(act_in q, act_in k, act_in v, const float *g, const float
     float *s_A = ks0 + KDA_SUB * dkp, *s_M = s_A + KDA_CHUNK * M, *s_Tb = s_M + KDA_CHUNK * M;
     float *s_beta = s_Tb + KDA_CHUNK * M;
 
-    /* The rows, by key channel (thread i, coalesced over i), zero past n; P the running sum of g from each
-     * sub-chunk's first row; then this channel of the factored block: ks0 = k_s exp(g_{s+1} + ... + g_15) for
-     * s < 16, kt1 = k_t exp(P_t) and qt1 = q_t exp(P_t) for t >= 16. */
-    const int i = tid;
+    /* Sub-chunk `half` of the rows, by key channel (coalesced over i), zero past n; P the running sum of g from
+     * the sub-chunk's first row; then this channel of the factored block: half 0 the
+     * ks0 = k_s exp(g_{s+1} + ... + g_15) (s < 16), half 1 the kt1 = k_t exp(P_t) and qt1 = q_t exp(P_t) (t >= 16).
+     * Each thread reads back only what it wrote. */
     if (i < dk) {
         float P = 0.0f;
-        for (int t = 0; t < KDA_CHUNK; t++) {
+        for (int r = 0; r < KDA_SUB; r++) {
+            const int t = half * KDA_SUB + r;
             const int64_t at = ((sq.row0 + t0 + t) * H + h) * dk + i;
             const bool in = t < n;
             const float gv = in ? g[at] : 0.0f;
-            P = (t % KDA_SUB > 0 ? P : 0.0f) + gv;
+            P = (r > 0 ? P : 0.0f) + gv;
             s_k[t * dkp + i] = in ? k[at] : 0.0f;
             s_q[t * dkp + i] = in ? q[at] : 0.0f;
             s_g[t * dkp + i] = gv;
             s_P[t * dkp + i] = P;
         }
-        float after = 0.0f;
-        for (int s = KDA_SUB - 1; s >= 0; s--) {
-            ks0[s * dkp + i] = s_k[s * dkp + i] * expf(after);
-            after += s_g[s * dkp + i];
-        }
-        for (int t = 0; t < KDA_SUB; t++) {
-            const float e = expf(s_P[(KDA_SUB + t) * dkp + i]);
-            kt1[t * dkp + i] = s_k[(KDA_SUB + t) * dkp + i] * e;
-            qt1[t * dkp + i] = s_q[(KDA_SUB + t) * dkp + i] * e;
+        if (half == 0) {
+            float after = 0.0f;
+            for (int s = KDA_SUB - 1; s >= 0; s--) {
+                ks0[s * dkp + i] = s_k[s * dkp + i] * expf(after);
+                after += s_g[s * dkp + i];
+            }
+        } else {
+            for (int t = 0; t < KDA_SUB; t++) {
+                const float e = expf(s_P[(KDA_SUB + t) * dkp + i]);
+                kt1[t * dkp + i] = s_k[(KDA_SUB + t) * dkp + i] * e;
+                qt1[t * dkp + i] = s_q[(KDA_SUB + t) * dkp + i] * e;
+            }
         }
     }
     if (tid < KDA_CHUNK) s_beta[tid] = tid < n ? beta[(sq.row0 + t0 + tid) * H + h] : 0.0f;
     for (int e = tid; e < 2 * KDA_CHUNK * M; e += blockDim.x) s_A[e] = 0.0f;   /* A and Mqk: zero above the diagonal */
     __syncthreads();
 
-    /* A[t][s] (s < t) and Mqk[t][s] (s <= t), a pair a thread: pairwise decays when t and s share a sub-chunk,
-     * else the factored rows. Sums over the channels in order. */
+    /* A[t][s] (s < t) and Mqk[t][s] (s <= t), a pair a thread, sums over the channels in order. Pairs p < 240:
+     * s < t in one sub-chunk, the pairwise decay exp2(P_t - P_s) (no exponent positive). The rest: t = 16 + c / 16,
+     * s = c % 16 for c = p - 240 < 256 (across the sub-chunks: the factored rows), then t = s (decay 1, Mqk only).
+     * Warp 7 of the first round holds both kinds (16 lanes each); every other warp one. */
     for (int p = tid; p < KDA_CHUNK_PAIRS; p += blockDim.x) {
-        int t = 0;
-        while ((t + 1) * (t + 2) / 2 <= p) t++;
-        const int s = p - t * (t + 1) / 2;
         float a = 0.0f, m = 0.0f;
-        if (t / KDA_SUB == s / KDA_SUB) {
+        int t, s;
+        if (p < KDA_DECAY_PAIRS) {
+            const int sub = p / (KDA_DECAY_PAIRS / 2), w = p % (KDA_DECAY_PAIRS / 2);
+            int tt = 1;
+            while ((tt + 1) * tt / 2 <= w) tt++;
+            t = sub * KDA_SUB + tt, s = sub * KDA_SUB + w - tt * (tt - 1) / 2;
             const float *kt = s_k + t * dkp, *qt = s_q + t * dkp, *ks = s_k + s * dkp;
             const float *Pt = s_P + t * dkp, *Ps = s_P + s * dkp;
             for (int64_t c = 0; c < dk; c += 4) {
@@ -478,16 +505,24 @@ kda_chunk_intra_kernel(act_in q, act_in k, act_in v, const float *g, const float
                 const float uv[4] = {ps.x, ps.y, ps.z, ps.w};
 #pragma unroll
                 for (int r = 0; r < 4; r++) {
-                    const float e = expf(tv[r] - uv[r]);
-                    a = fmaf(kv[r] * e, sv[r], a);
-                    m = fmaf(qv[r] * e, sv[r], m);
+                    const float ke = sv[r] * exp2f((tv[r] - uv[r]) * log2e);
+                    a = fmaf(kv[r], ke, a);
+                    m = fmaf(qv[r], ke, m);
                 }
             }
         } else {
-            const float *kt = kt1 + (t - KDA_SUB) * dkp, *qt = qt1 + (t - KDA_SUB) * dkp, *ks = ks0 + s * dkp;
-            for (int64_t c = 0; c < dk; c += 4) {
-                const float4 k4 = *(const float4 *)(kt + c), q4 = *(const float4 *)(qt + c);
-                const float4 s4 = *(const float4 *)(ks + c);
+            const int c = p - KDA_DECAY_PAIRS;
+            const float *kt, *qt, *ks;
+            if (c < KDA_SUB * KDA_SUB) {
+                t = KDA_SUB + c / KDA_SUB, s = c % KDA_SUB;
+                kt = kt1 + (t - KDA_SUB) * dkp, qt = qt1 + (t - KDA_SUB) * dkp, ks = ks0 + s * dkp;
+            } else {
+                t = s = c - KDA_SUB * KDA_SUB;
+                kt = s_k + t * dkp, qt = s_q + t * dkp, ks = s_k + s * dkp;
+            }
+            for (int64_t c4 = 0; c4 < dk; c4 += 4) {
+                const float4 k4 = *(const float4 *)(kt + c4), q4 = *(const float4 *)(qt + c4);
+                const float4 s4 = *(const float4 *)(ks + c4);
                 a = fmaf(k4.x, s4.x, a), a = fmaf(k4.y, s4.y, a), a = fmaf(k4.z, s4.z, a), a = fmaf(k4.w, s4.w, a);
                 m = fmaf(q4.x, s4.x, m), m = fmaf(q4.y, s4.y, m), m = fmaf(q4.z, s4.z, m), m = fmaf(q4.w, s4.w, m);
             }
@@ -516,43 +551,49 @@ kda_chunk_intra_kernel(act_in q, act_in k, act_in v, const float *g, const float
     }
     __syncthreads();
 
-    /* By key channel: b = g_0 + ... + g_u, Qb = exp(b) q, W = Tb (exp(b) k), decay = exp(b_last), and
-     * Kd = exp(g_{u+1} + ... + g_31) k summed backwards. */
-    if (i < dk) {
-        float kb[KDA_CHUNK], b = 0.0f, after = 0.0f;
+    if (half == 0) {
+        /* By key channel: b = g_0 + ... + g_u, Qb = exp(b) q, W = Tb (exp(b) k), decay = exp(b_last). */
+        if (i < dk) {
+            float kb[KDA_CHUNK], b = 0.0f;
 #pragma unroll
-        for (int u = 0; u < KDA_CHUNK; u++) {
-            b += s_g[u * dkp + i];
-            const float eb = expf(b);
-            out[lay.Qb + u * dk + i] = s_q[u * dkp + i] * eb;
-            kb[u] = s_k[u * dkp + i] * eb;
+            for (int u = 0; u < KDA_CHUNK; u++) {
+                b += s_g[u * dkp + i];
+                const float eb = expf(b);
+                out[lay.Qb + u * dk + i] = s_q[u * dkp + i] * eb;
+                kb[u] = s_k[u * dkp + i] * eb;
+            }
+            out[lay.decay + i] = expf(b);
+#pragma unroll
+            for (int t = 0; t < KDA_CHUNK; t++) {
+                float w = 0.0f;
+#pragma unroll
+                for (int u = 0; u <= t; u++) w = fmaf(s_Tb[t * M + u], kb[u], w);
+                out[lay.W + t * dk + i] = w;
+            }
         }
-        out[lay.decay + i] = expf(b);
-        for (int u = KDA_CHUNK - 1; u >= 0; u--) {
-            out[lay.Kd + u * dk + i] = s_k[u * dkp + i] * expf(after);
-            after += s_g[u * dkp + i];
+    } else {
+        /* By key channel: Kd = exp(g_{u+1} + ... + g_31) k summed backwards. */
+        if (i < dk) {
+            float after = 0.0f;
+            for (int u = KDA_CHUNK - 1; u >= 0; u--) {
+                out[lay.Kd + u * dk + i] = s_k[u * dkp + i] * expf(after);
+                after += s_g[u * dkp + i];
+            }
         }
+        /* By value column: Ut = Tb V. (The empty asm keeps the compiler from hoisting Tb's 528 loads out of the
+         * loop, which would hold them all in registers for the columns past the first and spill.) */
+        for (int64_t j = i; j < dv; j += KDA_CHUNK_MAX_DK) {
+            asm volatile("" ::: "memory");
+            float vc[KDA_CHUNK];
 #pragma unroll
-        for (int t = 0; t < KDA_CHUNK; t++) {
-            float w = 0.0f;
+            for (int u = 0; u < KDA_CHUNK; u++) vc[u] = u < n ? v[((sq.row0 + t0 + u) * H + h) * dv + j] : 0.0f;
 #pragma unroll
-            for (int u = 0; u <= t; u++) w = fmaf(s_Tb[t * M + u], kb[u], w);
-            out[lay.W + t * dk + i] = w;
-        }
-    }
-    /* By value column: Ut = Tb V. (The empty asm keeps the compiler from hoisting Tb's 528 loads out of the loop,
-     * which would hold them all in registers for the columns past the first and spill.) */
-    for (int64_t j = tid; j < dv; j += blockDim.x) {
-        asm volatile("" ::: "memory");
-        float vc[KDA_CHUNK];
+            for (int t = 0; t < KDA_CHUNK; t++) {
+                float acc = 0.0f;
 #pragma unroll
-        for (int u = 0; u < KDA_CHUNK; u++) vc[u] = u < n ? v[((sq.row0 + t0 + u) * H + h) * dv + j] : 0.0f;
-#pragma unroll
-        for (int t = 0; t < KDA_CHUNK; t++) {
-            float acc = 0.0f;
-#pragma unroll
-            for (int u = 0; u <= t; u++) acc = fmaf(s_Tb[t * M + u], vc[u], acc);
-            out[lay.Ut + t * dv + j] = acc;
+                for (int u = 0; u <= t; u++) acc = fmaf(s_Tb[t * M + u], vc[u], acc);
+                out[lay.Ut + t * dv + j] = acc;
+            }
         }
     }
     for (int e = tid; e < KDA_CHUNK * KDA_CHUNK; e += blockDim.x)
@@ -571,16 +612,20 @@ static inline int64_t kda_inter_smem_floats(int64_t dk) {
 }
 
 /* grid (H, ceil(dv / KDA_INTER_COLS), entries), KDA_INTER_THREADS threads, kda_inter_smem_floats(dk) floats of
- * dynamic shared memory; one block a multiprocessor (128 blocks at 64 heads of 128 columns: one wave). Thread
- * (rg = tid / 16, cg = tid % 16) takes columns col0 + 4cg .. + 3 (none past dv, which is a multiple of 4) and
- *   phase A: rows 4 (rg % 8) .. + 3 of W (rg < 8) or of Qb (rg >= 8) times S: U = Ut - W S, Qb S;
- *   phase B: rows 2rg, 2rg + 1 of O = Qb S + Mqk U (stored);
- *   phase C: rows 8rg .. 8rg + 7 of S (kept in registers from chunk to chunk): S = decay * S + Kd^T U, or the
+ * dynamic shared memory; one block a multiprocessor (128 blocks at 64 heads of 128 columns: one wave), 16 warps.
+ * Thread (rg = tid / 16, cg = tid % 16) takes columns col0 + 4cg .. + 3 (none past dv, which is a multiple of 4):
+ *   phase A: rows 4 (rg % 8) .. + 3 of W ((rg / 8) % 2 = 0) or of Qb (1) times S, over the key rows of half
+ *     kh = rg / 16 of them ([0, kmid) or [kmid, dk), kmid = dk / 2 rounded up to 4): half 1 leaves its partial
+ *     sums in U and Qb S, half 0 adds its own to them: U = Ut - (W S)_0 - ... as Ut - (p0 + p1), Qb S = p0 + p1;
+ *   phase B: row rg of O = Qb S + Mqk U (stored);
+ *   phase C: rows 4rg .. 4rg + 3 of S (kept in registers from chunk to chunk): S = decay * S + Kd^T U, or the
  *     walk over the chunk's rows when one of them asks for its state.
  * The state comes from states[slots[0]] (or the carry buffer when the piece before ended inside this sequence)
  * and is read before any snapshot is written, so a ring of one is safe; carry_out gets the piece's last state
- * when the sequence goes on in the next piece. The same arithmetic as test_kda_chunked.c's model_inter, up to FMA
- * contraction; the walk has the token kernel's operations. */
+ * when the sequence goes on in the next piece. The arithmetic of test_kda_chunked.c's model_inter (W S and Qb S as
+ * two halves of the key rows added, there too) up to FMA contraction; the walk has the token kernel's
+ * operations. Until 2026-12-07 it had 256 threads (8 warps a multiprocessor, each with the whole of the key rows
+ * and 8 rows of S): 27% of issue slots busy, the warps waiting on their shared-memory loads (Nsight Compute). */
 __global__ void __launch_bounds__(KDA_INTER_THREADS, 1)
 kda_chunk_inter_kernel(act_out o, act_in k, const float *g, const __grid_constant__ kda_chunk_table seqs,
                        const float *scratch, const float *carry_in, float *carry_out, int64_t H, int64_t dk,
@@ -621,21 +666,27 @@ kda_chunk_inter_kernel(act_out o, act_in k, const float *g, const __grid_constan
         for (int e = tid; e < q4; e += blockDim.x) cuda_cp_async16(st + at_decay + 4 * e, src + lay.decay + 4 * e, 16);
     };
 
-    /* S0 into registers (this thread's 8 x 4 of phase C) and into shared memory for phase A */
-    const int i0 = 8 * rg;
-    const bool rows_in = i0 < dk;   /* dk a multiple of 4: rows i0 .. i0 + 3 at least are in */
-    float s[8][4];
+    /* S0 into registers (this thread's 4 x 4 of phase C) and into shared memory for phase A */
+    const int i0 = 4 * rg;
+    const bool rows_in = i0 < dk;   /* dk a multiple of 4: rows i0 .. i0 + 3 all in, or none */
+    float s[4][4];
     {
         const float *from = (sq.carry & KDA_CARRY_IN) ? carry_in + head
                                                       : sq.states + (int64_t)sq.slots[0] * slot_size + head;
 #pragma unroll
-        for (int m = 0; m < 8; m++) {
-            const bool in = rows_in && cols_in && i0 + m < dk;
+        for (int m = 0; m < 4; m++) {
+            const bool in = rows_in && cols_in;
             const float4 x = in ? *(const float4 *)(from + (i0 + m) * dv + c4) : make_float4(0.f, 0.f, 0.f, 0.f);
             s[m][0] = x.x, s[m][1] = x.y, s[m][2] = x.z, s[m][3] = x.w;
-            if (rows_in && i0 + m < dk) *(float4 *)(s_S + (i0 + m) * SP + 4 * cg) = x;
+            if (rows_in) *(float4 *)(s_S + (i0 + m) * SP + 4 * cg) = x;
         }
     }
+
+    /* phase A's part of the key rows: [0, kmid) for kh 0, [kmid, dk) for kh 1 */
+    const int kh = rg / 16;
+    const int64_t kmid = (dk / 4 + 1) / 2 * 4, k_lo = kh == 0 ? 0 : kmid, k_hi = kh == 0 ? kmid : dk;
+    const bool of_W = (rg / 8) % 2 == 0;
+    const int tA = 4 * (rg % 8);
 
     load_stage(inter_smem, 0);
     cuda_cp_async_commit();
@@ -648,12 +699,13 @@ kda_chunk_inter_kernel(act_out o, act_in k, const float *g, const __grid_constan
         const int n = (int)(sq.T - t0 < KDA_CHUNK ? sq.T - t0 : KDA_CHUNK);
         const bool walk = __syncthreads_or(tid < n && sq.slots[1 + t0 + tid] >= 0);
 
-        /* phase A: [W; Qb] rows times S, over the key rows in order */
+        /* phase A: [W; Qb] rows times S, over this half of the key rows in order; half 1's sums go to shared
+         * memory first, then half 0 adds its own */
+        float acc[4][4] = {};
         {
-            const int t = 4 * (rg % 8);
-            const float *A = st + (rg < 8 ? 0 : at_Qb) + t * dkp;
-            float acc[4][4] = {};
-            for (int64_t i = 0; i < dk; i += 4) {
+            const float *A = st + (of_W ? 0 : at_Qb) + tA * dkp;
+#pragma unroll 2
+            for (int64_t i = k_lo; i < k_hi; i += 4) {
                 float a[4][4], b[4][4];
 #pragma unroll
                 for (int r = 0; r < 4; r++) {
@@ -669,72 +721,63 @@ kda_chunk_inter_kernel(act_out o, act_in k, const float *g, const __grid_constan
 #pragma unroll
                         for (int cc = 0; cc < 4; cc++) acc[r][cc] = fmaf(a[r][kk], b[kk][cc], acc[r][cc]);
             }
+        }
+        float *part = (of_W ? s_U : s_Op) + tA * SP + 4 * cg;   /* rows tA .. tA + 3 of U or of Qb S */
+        if (kh == 1)
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+                *(float4 *)(part + r * SP) = make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
+        __syncthreads();
+        if (kh == 0)
 #pragma unroll
             for (int r = 0; r < 4; r++) {
-                float4 x;
-                if (rg < 8) {
-                    const float4 ut = *(const float4 *)(st + at_Ut + (t + r) * KDA_INTER_COLS + 4 * cg);
-                    x = make_float4(ut.x - acc[r][0], ut.y - acc[r][1], ut.z - acc[r][2], ut.w - acc[r][3]);
-                    *(float4 *)(s_U + (t + r) * SP + 4 * cg) = x;
-                } else {
-                    x = make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
-                    *(float4 *)(s_Op + (t + r) * SP + 4 * cg) = x;
+                const float4 p1 = *(const float4 *)(part + r * SP);
+                float4 x = make_float4(acc[r][0] + p1.x, acc[r][1] + p1.y, acc[r][2] + p1.z, acc[r][3] + p1.w);
+                if (of_W) {
+                    const float4 ut = *(const float4 *)(st + at_Ut + (tA + r) * KDA_INTER_COLS + 4 * cg);
+                    x = make_float4(ut.x - x.x, ut.y - x.y, ut.z - x.z, ut.w - x.w);
                 }
+                *(float4 *)(part + r * SP) = x;
             }
-        }
         __syncthreads();
 
-        /* phase B: O = Qb S + Mqk U over s <= t + 1 in order (Mqk is zero above the diagonal), stored */
+        /* phase B: O = Qb S + Mqk U over s <= t (rounded up to 4, in order: Mqk is zero above the diagonal), stored */
         {
-            const int t = 2 * rg;
-            float acc[2][4];
-#pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const float4 x = *(const float4 *)(s_Op + (t + r) * SP + 4 * cg);
-                acc[r][0] = x.x, acc[r][1] = x.y, acc[r][2] = x.z, acc[r][3] = x.w;
-            }
-            for (int u = 0; u < t + 2; u += 4) {
-                float mq[2][4], uu[4][4];
-#pragma unroll
-                for (int r = 0; r < 2; r++) {
-                    const float4 x = *(const float4 *)(st + at_M + (t + r) * M + u);
-                    mq[r][0] = x.x, mq[r][1] = x.y, mq[r][2] = x.z, mq[r][3] = x.w;
-                }
+            const int t = rg;
+            const float4 x = *(const float4 *)(s_Op + t * SP + 4 * cg);
+            float ob[4] = {x.x, x.y, x.z, x.w};
+            for (int u = 0; u < t + 1; u += 4) {
+                const float4 y = *(const float4 *)(st + at_M + t * M + u);
+                const float mq[4] = {y.x, y.y, y.z, y.w};
 #pragma unroll
                 for (int w = 0; w < 4; w++) {
-                    const float4 x = *(const float4 *)(s_U + (u + w) * SP + 4 * cg);
-                    uu[w][0] = x.x, uu[w][1] = x.y, uu[w][2] = x.z, uu[w][3] = x.w;
+                    const float4 z = *(const float4 *)(s_U + (u + w) * SP + 4 * cg);
+                    ob[0] = fmaf(mq[w], z.x, ob[0]), ob[1] = fmaf(mq[w], z.y, ob[1]);
+                    ob[2] = fmaf(mq[w], z.z, ob[2]), ob[3] = fmaf(mq[w], z.w, ob[3]);
                 }
-#pragma unroll
-                for (int w = 0; w < 4; w++)
-#pragma unroll
-                    for (int r = 0; r < 2; r++)
-#pragma unroll
-                        for (int cc = 0; cc < 4; cc++) acc[r][cc] = fmaf(mq[r][w], uu[w][cc], acc[r][cc]);
             }
+            if (t < n && cols_in) {
+                const int64_t at = ((sq.row0 + t0 + t) * H + h) * dv + c4;
 #pragma unroll
-            for (int r = 0; r < 2; r++)
-                if (t + r < n && cols_in) {
-                    const int64_t at = ((sq.row0 + t0 + t + r) * H + h) * dv + c4;
-#pragma unroll
-                    for (int cc = 0; cc < 4; cc++) o.store(at + cc, acc[r][cc]);
-                }
+                for (int cc = 0; cc < 4; cc++) o.store(at + cc, ob[cc]);
+            }
         }
 
         /* phase C: the state after the chunk (phase B reads no S: no barrier between them) */
         if (rows_in && !walk) {
             const float *Kd = st + at_Kd, *decay = st + at_decay;
 #pragma unroll
-            for (int m = 0; m < 8; m++)
+            for (int m = 0; m < 4; m++)
 #pragma unroll
-                for (int cc = 0; cc < 4; cc++) s[m][cc] = decay[i0 + m] * s[m][cc];   /* rows past dk: pads, S 0 */
+                for (int cc = 0; cc < 4; cc++) s[m][cc] = decay[i0 + m] * s[m][cc];
+#pragma unroll 4
             for (int u = 0; u < KDA_CHUNK; u++) {
-                const float4 k0 = *(const float4 *)(Kd + u * dkp + i0), k1 = *(const float4 *)(Kd + u * dkp + i0 + 4);
-                const float kd[8] = {k0.x, k0.y, k0.z, k0.w, k1.x, k1.y, k1.z, k1.w};
+                const float4 k0 = *(const float4 *)(Kd + u * dkp + i0);
+                const float kd[4] = {k0.x, k0.y, k0.z, k0.w};
                 const float4 x = *(const float4 *)(s_U + u * SP + 4 * cg);
                 const float uu[4] = {x.x, x.y, x.z, x.w};
 #pragma unroll
-                for (int m = 0; m < 8; m++)
+                for (int m = 0; m < 4; m++)
 #pragma unroll
                     for (int cc = 0; cc < 4; cc++) s[m][cc] = fmaf(kd[m], uu[cc], s[m][cc]);
             }
@@ -744,33 +787,30 @@ kda_chunk_inter_kernel(act_out o, act_in k, const float *g, const __grid_constan
                 const float4 x = *(const float4 *)(s_U + t * SP + 4 * cg);
                 const float uu[4] = {x.x, x.y, x.z, x.w};
 #pragma unroll
-                for (int m = 0; m < 8; m++)
-                    if (i0 + m < dk) {
-                        const float a = expf(g[at + m]), kv = k[at + m];
+                for (int m = 0; m < 4; m++) {
+                    const float a = expf(g[at + m]), kv = k[at + m];
 #pragma unroll
-                        for (int cc = 0; cc < 4; cc++) s[m][cc] = __fmaf_rn(kv, uu[cc], __fmul_rn(s[m][cc], a));
-                    }
+                    for (int cc = 0; cc < 4; cc++) s[m][cc] = __fmaf_rn(kv, uu[cc], __fmul_rn(s[m][cc], a));
+                }
                 const int32_t slot = sq.slots[1 + t0 + t];
                 if (slot >= 0 && cols_in) {
                     float *snap = sq.states + (int64_t)slot * slot_size + head;
 #pragma unroll
-                    for (int m = 0; m < 8; m++)
-                        if (i0 + m < dk)
-                            *(float4 *)(snap + (i0 + m) * dv + c4) = make_float4(s[m][0], s[m][1], s[m][2], s[m][3]);
+                    for (int m = 0; m < 4; m++)
+                        *(float4 *)(snap + (i0 + m) * dv + c4) = make_float4(s[m][0], s[m][1], s[m][2], s[m][3]);
                 }
             }
         }
         if (rows_in)
 #pragma unroll
-            for (int m = 0; m < 8; m++)
-                if (i0 + m < dk) *(float4 *)(s_S + (i0 + m) * SP + 4 * cg) = make_float4(s[m][0], s[m][1], s[m][2], s[m][3]);
+            for (int m = 0; m < 4; m++)
+                *(float4 *)(s_S + (i0 + m) * SP + 4 * cg) = make_float4(s[m][0], s[m][1], s[m][2], s[m][3]);
         __syncthreads();   /* S is in; U, Qb S and this chunk's stage are free */
     }
     if ((sq.carry & KDA_CARRY_OUT) && rows_in && cols_in)
 #pragma unroll
-        for (int m = 0; m < 8; m++)
-            if (i0 + m < dk)
-                *(float4 *)(carry_out + head + (i0 + m) * dv + c4) = make_float4(s[m][0], s[m][1], s[m][2], s[m][3]);
+        for (int m = 0; m < 4; m++)
+            *(float4 *)(carry_out + head + (i0 + m) * dv + c4) = make_float4(s[m][0], s[m][1], s[m][2], s[m][3]);
 }
 
 /* ------------------------------------------------------------------------------------------------------------
