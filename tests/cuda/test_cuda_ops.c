@@ -1390,8 +1390,7 @@ static void check_kda_sequences(int64_t H, int64_t dk, int64_t dv, int64_t K, in
  * the default pieces of scratch, one with pieces of KDA_TEST_PIECE chunk-heads (a state carried between launches
  * every few chunks). The checks below run with `gpu` pointed at one of them. */
 enum { KDA_TEST_PIECE = 8 };
-static glm53_backend *gpu_token;      /* the backend the run began with (token kernel unless the environment says) */
-static bool gpu_token_is_chunked;     /* GLM53_CUDA_KDA_CHUNKED=1 in the environment: no "taken" check */
+static glm53_backend *gpu_token;      /* the token kernel's backend (GLM53_CUDA_KDA_CHUNKED=0) in the chunked checks */
 
 typedef enum { KDA_GATE_MIXED, KDA_GATE_STRONG, KDA_GATE_WEAK } kda_gate;
 static const char *const kda_gate_name[] = {"mixed", "strong", "weak"};
@@ -1452,7 +1451,7 @@ static void check_kda_chunked(int64_t H, int64_t dk, int64_t dv, int64_t T, int 
     }
     /* the same call through the token kernel: other bits (F32 outputs only: BF16's rounding can hide the reordered
      * sums, as it did at T 64 on the H100) */
-    if (!self_test && !gpu_token_is_chunked && dt == F32) {
+    if (!self_test && dt == F32) {
         TRY(gpu->ops->sync(gpu));   /* the two backends run on different streams of the one device */
         TRY(tensor_from(gpu_token, &states_token, F32, sv, SHAPE(ring, H, dk, dv)));
         TRY(tensor_out(gpu_token, &o_token, gpu_dtype(dt), SHAPE(T, H, dv)));
@@ -1467,9 +1466,9 @@ done:
     check_end();
 }
 
-/* A CUDA backend (a CPU one under --self-test) made with GLM53_CUDA_KDA_CHUNKED=1 and, piece > 0, pieces of that
- * many chunk-heads; the environment is put back as it was. */
-static glm53_backend *chunked_backend(int piece) {
+/* A CUDA backend (a CPU one under --self-test) made with GLM53_CUDA_KDA_CHUNKED=`chunked` ("1" or "0") and,
+ * piece > 0, pieces of that many chunk-heads; the environment is put back as it was. */
+static glm53_backend *kda_switch_backend(const char *chunked, int piece) {
     char was[2][64] = {"", ""};
     const char *names[2] = {"GLM53_CUDA_KDA_CHUNKED", "GLM53_CUDA_KDA_CHUNK_PIECE"};
     bool had[2];
@@ -1480,7 +1479,7 @@ static glm53_backend *chunked_backend(int piece) {
     }
     char piece_s[24];
     snprintf(piece_s, sizeof piece_s, "%d", piece);
-    setenv(names[0], "1", 1);
+    setenv(names[0], chunked, 1);
     if (piece > 0) setenv(names[1], piece_s, 1);
     else unsetenv(names[1]);
     glm53_backend *be = NULL;
@@ -1490,7 +1489,7 @@ static glm53_backend *chunked_backend(int piece) {
         else unsetenv(names[i]);
     if (st != GLM53_OK) {
         check_begin("kda_recurrent chunked", "-", "backend");
-        fail_msg("cannot create a backend with GLM53_CUDA_KDA_CHUNKED=1: %s", glm53_last_error());
+        fail_msg("cannot create a backend with GLM53_CUDA_KDA_CHUNKED=%s: %s", chunked, glm53_last_error());
         check_end();
         return NULL;
     }
@@ -1937,10 +1936,11 @@ static void group_kda(void) {
         check_kda_sequences(8, 128, 128, 4, dt);  /* the model's head size */
     }
 
-    /* The chunked recurrence, on backends made with it on. */
-    glm53_backend *chunked = chunked_backend(0), *pieces = chunked_backend(KDA_TEST_PIECE);
-    if (!chunked || !pieces) goto released;
-    gpu_token = gpu;
+    /* The chunked recurrence, on backends made with it on, against the token kernel on one made with it off. */
+    glm53_backend *const main_gpu = gpu;
+    glm53_backend *chunked = kda_switch_backend("1", 0), *pieces = kda_switch_backend("1", KDA_TEST_PIECE);
+    gpu_token = kda_switch_backend("0", 0);
+    if (!chunked || !pieces || !gpu_token) goto released;
     gpu = chunked;
     for (int dt = F32; dt <= BF16; dt++) {
         check_kda_chunked(4, 16, 16, 64, dt, KDA_GATE_MIXED, 0);     /* two whole chunks */
@@ -1958,10 +1958,12 @@ static void group_kda(void) {
     check_kda_chunked(4, 16, 16, 200, F32, KDA_GATE_MIXED, 23);
     check_kda_chunked(4, 16, 16, 1000, BF16, KDA_GATE_STRONG, 61);
     check_kda_sequences_rows(4, 16, 16, 4, F32, true);              /* sequences cut across pieces */
-    gpu = gpu_token;
 released:
+    gpu = main_gpu;
     if (chunked) chunked->ops->destroy(chunked);
     if (pieces) pieces->ops->destroy(pieces);
+    if (gpu_token) gpu_token->ops->destroy(gpu_token);
+    gpu_token = NULL;
 }
 
 static void group_indexer(void) {
@@ -2048,8 +2050,8 @@ static void group_moe(void) {
     check_moe_experts(130, 256, 128, 8, 4, BF16, FP8, 64, false);    /* 64 x 64 scale blocks: a scale per K step */
     check_moe_experts(200, 320, 192, 6, 3, BF16, BF16, 0, false);    /* BF16 experts; D 320: down's last tile half past D */
     check_moe_experts(64, 4096, 2048, 16, 8, BF16, FP8, 128, false); /* the real D and width */
-    /* the wgmma tile's code conversion (bits placed, then a BF16 multiply) on every FP8 code but NaN, then on
-     * nothing but subnormal codes (a flush to zero anywhere would give zeros) */
+    /* the wgmma tile's code conversion on every FP8 code but NaN, then on nothing but subnormal codes (a flush to
+     * zero anywhere would give zeros) */
     fp8_exp_lo = 0, fp8_exp_count = 16;
     check_moe_experts(64, 256, 128, 8, 4, BF16, FP8, 128, false);
     fp8_exp_lo = 0, fp8_exp_count = 1;
@@ -2396,8 +2398,6 @@ int main(int argc, char **argv) {
     setenv("GLM53_CUDA_GROUPED_EXPERTS", "1", 0);
     setenv("GLM53_CUDA_GROUPED_WGMMA", "1", 0);
     setenv("GLM53_CUDA_MHC_SITE", "1", 0);
-    const char *chunked_env = getenv("GLM53_CUDA_KDA_CHUNKED");
-    gpu_token_is_chunked = chunked_env && strcmp(chunked_env, "1") == 0;
     glm53_status st = self_test ? glm53_backend_cpu_create(0, &gpu) : glm53_backend_cuda_create(0, &gpu);
     if (st != GLM53_OK) {
         printf("cannot create the CUDA backend: %s\ncuda ops: 0 passed, 1 failed\n", glm53_last_error());
