@@ -314,6 +314,18 @@ mhc_mix_kernel(act_out x, float *post, float *comb, act_in H, const float *part,
     }
 }
 
+/* Eight elements of a new stream k in mhc_post_kernel's order: a[e] = post_k y[e] + sum_j comb[j][k] H_j[e], every
+ * rounding spelled out so the two site kernels (and the chain) get the same bits. */
+__device__ inline void mhc_post8(float (&a)[8], float pk, const float (&cjk)[4], const float (&yv)[8],
+                                 const float (&hj)[4][8]) {
+#pragma unroll
+    for (int e = 0; e < 8; e++) {
+        a[e] = __fmul_rn(pk, yv[e]);
+#pragma unroll
+        for (int j = 0; j < 4; j++) a[e] = __fmaf_rn(cjk[j], hj[j][e], a[e]);
+    }
+}
+
 /* mhc_site in one kernel, S = 4, BF16 activations and fn (cuda_mhc_site checks), grid (rows, n_chunks),
  * MHC_SITE_THREADS threads. Block (n, c) owns chunk c of row n's flattened streams (as stage 1 of mhc_pre):
  *   1. (POST) its 512 elements of the new streams, H_out[n][k][d] = post[k] y[d] + sum_j comb[j][k] H_in[j][d]
@@ -366,12 +378,7 @@ mhc_site_kernel(act_out H_out, act_out x, act_out xn, float *post, float *comb, 
 #pragma unroll
             for (int j = 0; j < S; j++) cjk[j] = comb[(n * S + j) * S + k];
             float a[8];
-#pragma unroll
-            for (int e = 0; e < 8; e++) {
-                a[e] = __fmul_rn(pk, yv[e]);
-#pragma unroll
-                for (int j = 0; j < S; j++) a[e] = __fmaf_rn(cjk[j], hj[j][e], a[e]);
-            }
+            mhc_post8(a, pk, cjk, yv, hj);
             const uint4 hb = cuda_float8_to_bf16x8(a);
             *reinterpret_cast<uint4 *>((__nv_bfloat16 *)H_out.data + n * SD + i) = hb;
             cuda_bf16x8_to_float(hb, hv);
@@ -539,12 +546,7 @@ mhc_site_rows_kernel(act_out H_out, const float *post, const float *comb, act_in
                 cuda_bf16x8_to_float(yb, yv);
 #pragma unroll
                 for (int j = 0; j < S; j++) cuda_bf16x8_to_float(hb[j], hj[j]);
-#pragma unroll
-                for (int e = 0; e < 8; e++) {
-                    a[e] = __fmul_rn(pk, yv[e]);
-#pragma unroll
-                    for (int j = 0; j < S; j++) a[e] = __fmaf_rn(cjk[j], hj[j][e], a[e]);
-                }
+                mhc_post8(a, pk, cjk, yv, hj);
                 const uint4 out = cuda_float8_to_bf16x8(a);
                 *reinterpret_cast<uint4 *>((__nv_bfloat16 *)H_out.data + n * SD + i) = out;
                 cuda_bf16x8_to_float(out, hv);

@@ -1103,6 +1103,23 @@ done:
  * after every snap_every-th row (and the last) in slots 1, 2, ...; snap_last_is_state: the last row's state goes
  * back to slot 0, the slot it was read from (a ring of one; allowed by the contract). Without snapshots the last
  * row writes slot 0 too. */
+/* q and k rows [rows, dk] as the model feeds the recurrence: L2-normalised per head, q also times dk^-1/2, rounded
+ * to BF16 for BF16 cases (the test's host memory). */
+static void kda_test_qk(int64_t rows, int64_t dk, int dt, float **q, float **k) {
+    float *qv = randn(rows * dk, 1.0f, false), *kv = randn(rows * dk, 1.0f, false);
+    for (int64_t r = 0; r < rows; r++) {
+        double sq = 0, sk = 0;
+        for (int64_t i = 0; i < dk; i++) sq += (double)qv[r * dk + i] * qv[r * dk + i], sk += (double)kv[r * dk + i] * kv[r * dk + i];
+        for (int64_t i = 0; i < dk; i++) {
+            qv[r * dk + i] = (float)(qv[r * dk + i] / sqrt(sq) / sqrt((double)dk));
+            kv[r * dk + i] = (float)(kv[r * dk + i] / sqrt(sk));
+            if (dt == BF16) qv[r * dk + i] = glm53_round_bf16(qv[r * dk + i]), kv[r * dk + i] = glm53_round_bf16(kv[r * dk + i]);
+        }
+    }
+    *q = qv;
+    *k = kv;
+}
+
 /* The recurrence over T rows in one call equals T one-row calls, bit for bit (CUDA only): a speculative
  * verification chunk must give a decode step's bits. err is the number of differing values (outputs and state). */
 static void check_kda_rows_invariant(int64_t H, int64_t dk, int64_t dv, int64_t T, int dt) {
@@ -1152,17 +1169,8 @@ static void check_kda_recurrent(int64_t H, int64_t dk, int64_t dv, int64_t T, in
     NEED(kda_recurrent);
     assert(T <= 512);   /* a prefill's stages; the CPU reference's time grows with T */
     int64_t rows = T * H;
-    /* q, k L2-normalised per head (q also scaled by dk^-1/2), as the model feeds them */
-    float *qv = randn(rows * dk, 1.0f, false), *kv = randn(rows * dk, 1.0f, false);
-    for (int64_t r = 0; r < rows; r++) {
-        double sq = 0, sk = 0;
-        for (int64_t i = 0; i < dk; i++) sq += (double)qv[r * dk + i] * qv[r * dk + i], sk += (double)kv[r * dk + i] * kv[r * dk + i];
-        for (int64_t i = 0; i < dk; i++) {
-            qv[r * dk + i] = (float)(qv[r * dk + i] / sqrt(sq) / sqrt((double)dk));
-            kv[r * dk + i] = (float)(kv[r * dk + i] / sqrt(sk));
-            if (dt == BF16) qv[r * dk + i] = glm53_round_bf16(qv[r * dk + i]), kv[r * dk + i] = glm53_round_bf16(kv[r * dk + i]);
-        }
-    }
+    float *qv, *kv;
+    kda_test_qk(rows, dk, dt, &qv, &kv);
     float *gv = randn(rows * dk, 1.0f, false), *bv = randn(rows, 1.0f, false);
     for (int64_t i = 0; i < rows * dk; i++) gv[i] = -5.0f / (1.0f + expf(-gv[i]));   /* the lower-bound gate */
     for (int64_t i = 0; i < rows; i++) bv[i] = 1.0f / (1.0f + expf(-bv[i]));
@@ -1406,16 +1414,8 @@ static void check_kda_chunked(int64_t H, int64_t dk, int64_t dv, int64_t T, int 
     glm53_tensor *o_token = NULL, *states_token = NULL;
     NEED(kda_recurrent);
     const int64_t rows = T * H;
-    float *qv = randn(rows * dk, 1.0f, false), *kv = randn(rows * dk, 1.0f, false);
-    for (int64_t r = 0; r < rows; r++) {   /* L2-normalised per head, q times dk^-1/2, as the model feeds them */
-        double sq = 0, sk = 0;
-        for (int64_t i = 0; i < dk; i++) sq += (double)qv[r * dk + i] * qv[r * dk + i], sk += (double)kv[r * dk + i] * kv[r * dk + i];
-        for (int64_t i = 0; i < dk; i++) {
-            qv[r * dk + i] = (float)(qv[r * dk + i] / sqrt(sq) / sqrt((double)dk));
-            kv[r * dk + i] = (float)(kv[r * dk + i] / sqrt(sk));
-            if (dt == BF16) qv[r * dk + i] = glm53_round_bf16(qv[r * dk + i]), kv[r * dk + i] = glm53_round_bf16(kv[r * dk + i]);
-        }
-    }
+    float *qv, *kv;
+    kda_test_qk(rows, dk, dt, &qv, &kv);
     float *gv = randn(rows * dk, 1.0f, false), *bv = randn(rows, 1.0f, false);
     for (int64_t t = 0; t < T; t++)
         for (int64_t e = t * H * dk; e < (t + 1) * H * dk; e++)
