@@ -126,10 +126,22 @@ __device__ inline void gemm_wg_fp8x4_to_bf16x4(uint32_t codes, uint32_t &lo, uin
     hi = out[1];
 }
 
+/* Stages kernels/cuda/bench/grouped.cu leaves out, one at a time, to find where the block's time goes (the
+ * results are then wrong; the engine always runs GEMM_WG_ALL). */
+enum {
+    GEMM_WG_ALL = 0,
+    GEMM_WG_SKIP_X_COPY = 1,     /* no cp.async of x */
+    GEMM_WG_SKIP_W_COPY = 2,     /* no cp.async of the codes */
+    GEMM_WG_SKIP_CONVERT = 4,    /* no conversion of the codes (the buffers keep what they held) */
+    GEMM_WG_SKIP_MMA = 8,        /* no wgmma */
+    GEMM_WG_SKIP_PROMOTE = 16,   /* no wait for a k-block's MMAs and no promotion */
+};
+
 /* The block tile: c[r][col] = x row r . weight row col (col < 64: w[0] row n[0] + col, else w[1] row n[1] + col -
  * 64), F32, left in `smem` as [128][GEMM_WG_C_LD] and returned, valid for every thread after the final barrier.
  * x_row[j] is the x row (or -1: zeros) of tile row threadIdx.x / 8 + 32 j, whose 16-byte piece threadIdx.x % 8 of
  * every step this thread copies. Every thread of the block must call it; blockDim.x == GEMM_WG_THREADS. */
+template <int SKIP = GEMM_WG_ALL>
 __device__ inline const float *gemm_wgmma_block(uint8_t *smem_raw, const gemm_mma_tile &t, const int64_t (&x_row)[4]) {
     constexpr int ST = GEMM_WG_STAGES;
     const int tid = threadIdx.x, wg = tid / 128, lane = tid & 31, warp_in_wg = (tid / 32) % 4;
@@ -156,16 +168,19 @@ __device__ inline const float *gemm_wgmma_block(uint8_t *smem_raw, const gemm_mm
     const auto load = [&](int step, int stage) {
         const int k0 = step * GEMM_WG_BK;
         uint8_t *xd = xs + stage * GEMM_WG_X_BYTES;
+        if constexpr (!(SKIP & GEMM_WG_SKIP_X_COPY))
 #pragma unroll
-        for (int j = 0; j < 4; j++)
-            cuda_cp_async16(xd + gemm_wg_swizzle(tid / 8 + 32 * j, tid % 8), x_src[j] + k0, x_row[j] >= 0 ? 16 : 0);
+            for (int j = 0; j < 4; j++)
+                cuda_cp_async16(xd + gemm_wg_swizzle(tid / 8 + 32 * j, tid % 8), x_src[j] + k0, x_row[j] >= 0 ? 16 : 0);
         uint8_t *wd = w8 + stage * GEMM_WG_W8_BYTES;
+        if constexpr (!(SKIP & GEMM_WG_SKIP_W_COPY))
 #pragma unroll
-        for (int j = 0; j < 2; j++) cuda_cp_async16(wd + (tid + 256 * j) * 16, w_src[j] + k0, w_ok[j] ? 16 : 0);
+            for (int j = 0; j < 2; j++) cuda_cp_async16(wd + (tid + 256 * j) * 16, w_src[j] + k0, w_ok[j] ? 16 : 0);
     };
     /* this thread's pieces of the codes of `stage` to BF16: row r's codes 16 c .. 16 c + 15 become the row's
      * 16-byte BF16 pieces 2 c and 2 c + 1 */
     const auto convert = [&](int stage, int buffer) {
+        if constexpr (SKIP & GEMM_WG_SKIP_CONVERT) return;
         uint8_t *bd = wb + buffer * GEMM_WG_WB_BYTES;
 #pragma unroll
         for (int j = 0; j < 2; j++) {
@@ -215,8 +230,9 @@ __device__ inline const float *gemm_wgmma_block(uint8_t *smem_raw, const gemm_mm
         const uint64_t a = gemm_wg_desc(xs + (s % ST) * GEMM_WG_X_BYTES + wg * 64 * 128);
         const uint64_t b = gemm_wg_desc(wb + (s % 2) * GEMM_WG_WB_BYTES);
         gemm_wg_fence();
+        if constexpr (!(SKIP & GEMM_WG_SKIP_MMA))
 #pragma unroll
-        for (int k = 0; k < GEMM_WG_BK / 16; k++) gemm_wg_mma(d, a + 2 * k, b + 2 * k, first && k == 0 ? 0 : 1);
+            for (int k = 0; k < GEMM_WG_BK / 16; k++) gemm_wg_mma(d, a + 2 * k, b + 2 * k, first && k == 0 ? 0 : 1);
         gemm_wg_commit();
     };
     /* Two steps (one 128-k scale block) a round, so the accumulators are never in flight across the loop's back
@@ -230,13 +246,19 @@ __device__ inline const float *gemm_wgmma_block(uint8_t *smem_raw, const gemm_mm
         __syncthreads();   /* step s + 1's x and converted weights are all in place */
         issue(s + 1, false);
         advance(s + 1);
-        gemm_wg_wait<0>();   /* the block's sums are complete */
-        gemm_wg_fence_operand(d);
+        if constexpr (!(SKIP & GEMM_WG_SKIP_PROMOTE)) {
+            gemm_wg_wait<0>();   /* the block's sums are complete */
+            gemm_wg_fence_operand(d);
 #pragma unroll
-        for (int i = 0; i < 64; i++) sum[i] = fmaf(d[i], i < 32 ? s0 : s1, sum[i]);   /* promote the block's sums */
+            for (int i = 0; i < 64; i++) sum[i] = fmaf(d[i], i < 32 ? s0 : s1, sum[i]);   /* promote the block's sums */
+        }
         __syncthreads();   /* step s + 2's operands are all in place */
     }
 
+    if constexpr (SKIP & GEMM_WG_SKIP_PROMOTE) {
+        gemm_wg_wait<0>();
+        __syncthreads();
+    }
     /* the result tile (the stages are free: every MMA has completed, the last barrier passed) */
     float *c = reinterpret_cast<float *>(smem);
     const int g = lane / 4, q = lane % 4, row0 = wg * 64 + warp_in_wg * 16 + g;

@@ -1,0 +1,190 @@
+/*
+ * grouped.cu - where the grouped prefill experts' wgmma tile (gemm_wgmma.cuh) spends its time. The tile runs at
+ * about 215 TFLOP/s on the H100 (27% of the BF16 peak) and Nsight Compute shows a third of the issue slots busy;
+ * the conversions were suspected and ruled out (docs/performance.md). Here the tile runs at the real shapes of a
+ * 4,096-row chunk of an 8,192-token prefill, once whole and then with one stage left out at a time
+ * (GEMM_WG_SKIP_*: the results are then wrong, the time is what matters), so the differences say which stage the
+ * block waits on (METHOD.md: leave a stage out, take differences):
+ *
+ *   build/bench_grouped            # one table: variant -> ms per launch, TFLOP/s, ms saved against "all"
+ *
+ * The shapes: 288 experts of gate and up [2048, 4096] FP8 with 128 x 128 block scales, 114 rows an expert (4,096
+ * rows x 8 slots / 288) gathered from x [4096, 4096] BF16, one 128-row m-tile an expert, 32 f-tiles of 64 gate +
+ * 64 up columns: 288 x 32 = 9,216 blocks, one a multiprocessor at a time. The epilogue writes h = silu(gate) * up in BF16 as moe.cu's does. The whole
+ * tile ("all") is checked first against a CPU reference on sampled rows (decoded FP8 times scale, BF16 x, F64
+ * sums; gate and up rounded to BF16 before the SwiGLU as the engine does).
+ */
+#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/gemm_wgmma.cuh"
+#include "kernels/cuda/bench/bench.cuh"
+
+#include <cmath>
+
+enum { EXPERTS = 288, ROWS_PER_EXPERT = 114, X_ROWS = 4096, D = 4096, F = 2048, REPEATS = 7 };
+
+/* A code for weight byte i of expert weight w: a hash, never the NaN code (0x7f / 0xff), exponents 4..9 as the
+ * engine's tests draw them (magnitudes 2^-3 .. 2^3). The host reference calls it too. */
+__host__ __device__ inline uint8_t bench_code(uint64_t i) {
+    uint64_t h = i * 0x9E3779B97F4A7C15ull;
+    h ^= h >> 29;
+    h *= 0xBF58476D1CE4E5B9ull;
+    h ^= h >> 32;
+    const unsigned sign = (unsigned)(h & 1), exp = 4 + (unsigned)((h >> 1) % 6), man = (unsigned)((h >> 8) & 7);
+    return (uint8_t)(sign << 7 | exp << 3 | man);
+}
+__host__ __device__ inline float bench_x(uint64_t i) {   /* x values in [-1, 1), exactly BF16 (8 significant bits) */
+    uint64_t h = (i + 12345) * 0xD6E8FEB86659FD93ull;
+    h ^= h >> 31;
+    return (float)((int)(h & 0xff) - 128) / 128.0f;
+}
+static float host_e4m3(uint8_t c) {
+    const int s = c >> 7, e = (c >> 3) & 15, m = c & 7;
+    const float v = e ? ldexpf(1.0f + m / 8.0f, e - 7) : ldexpf(m / 8.0f, -6);
+    return s ? -v : v;
+}
+
+__global__ void fill_codes(uint8_t *w, int64_t n, uint64_t salt) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        w[i] = bench_code(salt + (uint64_t)i);
+}
+__global__ void fill_x(__nv_bfloat16 *x, int64_t n) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        x[i] = __float2bfloat16_rn(bench_x((uint64_t)i));
+}
+
+/* grid (F / 64, EXPERTS): expert blockIdx.y's gate and up rows f0 .. f0 + 63 against its gathered rows. */
+template <int SKIP>
+__global__ void __launch_bounds__(GEMM_WG_THREADS, 1)
+bench_gate_up(__nv_bfloat16 *h, const __nv_bfloat16 *x, const int32_t *row_of, const uint8_t *gate, const uint8_t *up,
+              const float *gate_scale, const float *up_scale) {
+    extern __shared__ __align__(16) uint8_t smem[];
+    const int e = blockIdx.y;
+    const int64_t f0 = (int64_t)blockIdx.x * 64, sstride = D / 128;
+    int64_t x_row[4];
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const int r = (int)threadIdx.x / 8 + 32 * j;
+        x_row[j] = r < ROWS_PER_EXPERT ? row_of[e * ROWS_PER_EXPERT + r] : -1;
+    }
+    const weight_ref g = {gate + (int64_t)e * F * D, GLM53_F8_E4M3, D, gate_scale + (int64_t)e * (F / 128) * sstride,
+                          sstride, 128, 128};
+    const weight_ref u = {up + (int64_t)e * F * D, GLM53_F8_E4M3, D, up_scale + (int64_t)e * (F / 128) * sstride,
+                          sstride, 128, 128};
+    const gemm_mma_tile tile = {x, D, {g, u}, {f0, f0}, {F, F}, D};
+    const float *c = gemm_wgmma_block<SKIP>(smem, tile, x_row);
+    for (int i = threadIdx.x; i < ROWS_PER_EXPERT * 64; i += GEMM_WG_THREADS) {
+        const int r = i / 64, col = i % 64;
+        const float gv = __bfloat162float(__float2bfloat16_rn(c[r * GEMM_WG_C_LD + col]));
+        const float uv = __bfloat162float(__float2bfloat16_rn(c[r * GEMM_WG_C_LD + 64 + col]));
+        h[((int64_t)e * ROWS_PER_EXPERT + r) * F + f0 + col] = __float2bfloat16_rn(gv / (1.0f + expf(-gv)) * uv);
+    }
+}
+
+struct bench_data {
+    __nv_bfloat16 *x, *h;
+    int32_t *row_of;
+    uint8_t *gate, *up;
+    float *gate_scale, *up_scale;
+};
+
+template <int SKIP>
+static float time_variant(cudaStream_t stream, const bench_data &b) {
+    CK(cudaFuncSetAttribute(bench_gate_up<SKIP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)GEMM_WG_SMEM));
+    const dim3 grid(F / 64, EXPERTS);
+    bench_gate_up<SKIP><<<grid, GEMM_WG_THREADS, GEMM_WG_SMEM, stream>>>(b.h, b.x, b.row_of, b.gate, b.up,
+                                                                         b.gate_scale, b.up_scale);   /* warm-up */
+    CK(cudaGetLastError());
+    cudaEvent_t t0, t1;
+    CK(cudaEventCreate(&t0));
+    CK(cudaEventCreate(&t1));
+    std::vector<float> ms;
+    for (int i = 0; i < REPEATS; i++) {
+        CK(cudaEventRecord(t0, stream));
+        bench_gate_up<SKIP><<<grid, GEMM_WG_THREADS, GEMM_WG_SMEM, stream>>>(b.h, b.x, b.row_of, b.gate, b.up,
+                                                                             b.gate_scale, b.up_scale);
+        CK(cudaEventRecord(t1, stream));
+        CK(cudaEventSynchronize(t1));
+        float v;
+        CK(cudaEventElapsedTime(&v, t0, t1));
+        ms.push_back(v);
+    }
+    CK(cudaEventDestroy(t0));
+    CK(cudaEventDestroy(t1));
+    return bench_median(ms);
+}
+
+/* The whole tile against the CPU on sampled (expert, row, column) triples; returns the worst relative error. */
+static double check(const bench_data &b, const std::vector<int32_t> &row_of, const std::vector<float> &gs,
+                    const std::vector<float> &us) {
+    std::vector<__nv_bfloat16> h((size_t)EXPERTS * ROWS_PER_EXPERT * F);
+    CK(cudaMemcpy(h.data(), b.h, h.size() * sizeof(__nv_bfloat16), cudaMemcpyDeviceToHost));
+    double worst = 0.0;
+    for (int sample = 0; sample < 64; sample++) {
+        const int e = (sample * 37) % EXPERTS, r = (sample * 53) % ROWS_PER_EXPERT, f = (sample * 611) % F;
+        const int64_t xr = row_of[(size_t)e * ROWS_PER_EXPERT + r];
+        double sg = 0.0, su = 0.0;
+        for (int k = 0; k < D; k++) {
+            const double xv = bench_x((uint64_t)(xr * D + k));
+            const uint64_t wi = ((uint64_t)e * F + f) * D + k;
+            sg += xv * host_e4m3(bench_code(wi)) * gs[((size_t)e * (F / 128) + f / 128) * (D / 128) + k / 128];
+            su += xv * host_e4m3(bench_code((uint64_t)EXPERTS * F * D + wi)) *
+                  us[((size_t)e * (F / 128) + f / 128) * (D / 128) + k / 128];
+        }
+        const float gv = __bfloat162float(__float2bfloat16_rn((float)sg));
+        const float uv = __bfloat162float(__float2bfloat16_rn((float)su));
+        const double want = gv / (1.0 + exp(-(double)gv)) * uv;
+        const double got = __bfloat162float(h[((size_t)e * ROWS_PER_EXPERT + r) * F + f]);
+        const double err = fabs(got - want) / (fabs(want) + 1e-3);
+        if (err > worst) worst = err;
+    }
+    return worst;
+}
+
+int main() {
+    cudaStream_t stream;
+    CK(cudaStreamCreate(&stream));
+    bench_data b;
+    const int64_t wbytes = (int64_t)EXPERTS * F * D, n_scale = (int64_t)EXPERTS * (F / 128) * (D / 128);
+    CK(cudaMalloc(&b.x, (size_t)X_ROWS * D * sizeof(__nv_bfloat16)));
+    CK(cudaMalloc(&b.h, (size_t)EXPERTS * ROWS_PER_EXPERT * F * sizeof(__nv_bfloat16)));
+    CK(cudaMalloc(&b.row_of, (size_t)EXPERTS * ROWS_PER_EXPERT * sizeof(int32_t)));
+    CK(cudaMalloc(&b.gate, (size_t)wbytes));
+    CK(cudaMalloc(&b.up, (size_t)wbytes));
+    CK(cudaMalloc(&b.gate_scale, (size_t)n_scale * sizeof(float)));
+    CK(cudaMalloc(&b.up_scale, (size_t)n_scale * sizeof(float)));
+    fill_x<<<1024, 256, 0, stream>>>(b.x, (int64_t)X_ROWS * D);
+    fill_codes<<<4096, 256, 0, stream>>>(b.gate, wbytes, 0);
+    fill_codes<<<4096, 256, 0, stream>>>(b.up, wbytes, (uint64_t)wbytes);
+    CK(cudaGetLastError());
+    /* each expert's rows: a scattered set of x rows, as the routing gives them */
+    std::vector<int32_t> row_of((size_t)EXPERTS * ROWS_PER_EXPERT);
+    for (size_t i = 0; i < row_of.size(); i++) row_of[i] = (int32_t)((i * 2654435761u) % X_ROWS);
+    std::vector<float> gs((size_t)n_scale), us((size_t)n_scale);
+    for (int64_t i = 0; i < n_scale; i++) gs[i] = 0.004f * (1.0f + (float)(i % 7) / 7.0f), us[i] = 0.003f * (1.0f + (float)(i % 5) / 5.0f);
+    CK(cudaMemcpy(b.row_of, row_of.data(), row_of.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(b.gate_scale, gs.data(), gs.size() * sizeof(float), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(b.up_scale, us.data(), us.size() * sizeof(float), cudaMemcpyHostToDevice));
+    CK(cudaStreamSynchronize(stream));
+
+    const double flop = 2.0 * EXPERTS * ROWS_PER_EXPERT * (2.0 * F) * D;
+    const float all = time_variant<GEMM_WG_ALL>(stream, b);
+    const double err = check(b, row_of, gs, us);
+    printf("grouped gate + up, wgmma tile: %d experts x %d rows, D %d, F %d (%.2f TFLOP a launch)\n", EXPERTS,
+           ROWS_PER_EXPERT, D, F, flop / 1e12);
+    printf("check (all stages) against the CPU on 64 sampled outputs: max rel err %.2e %s\n", err,
+           err < 2e-2 ? "ok" : "FAIL");
+    printf("%-34s %10s %10s %14s\n", "variant", "ms", "TFLOP/s", "ms saved");
+    const auto row = [&](const char *name, float ms) {
+        printf("%-34s %10.3f %10.1f %14.3f\n", name, ms, flop / (ms * 1e-3) / 1e12, all - ms);
+    };
+    row("all stages", all);
+    row("no x copies", time_variant<GEMM_WG_SKIP_X_COPY>(stream, b));
+    row("no code copies", time_variant<GEMM_WG_SKIP_W_COPY>(stream, b));
+    row("no copies", time_variant<GEMM_WG_SKIP_X_COPY | GEMM_WG_SKIP_W_COPY>(stream, b));
+    row("no conversion", time_variant<GEMM_WG_SKIP_CONVERT>(stream, b));
+    row("no wgmma", time_variant<GEMM_WG_SKIP_MMA>(stream, b));
+    row("no promotion (no k-block drain)", time_variant<GEMM_WG_SKIP_PROMOTE>(stream, b));
+    row("only barriers and epilogue", time_variant<GEMM_WG_SKIP_X_COPY | GEMM_WG_SKIP_W_COPY | GEMM_WG_SKIP_CONVERT |
+                                                   GEMM_WG_SKIP_MMA | GEMM_WG_SKIP_PROMOTE>(stream, b));
+    return err < 2e-2 ? 0 : 1;
+}
