@@ -9,7 +9,7 @@ cd "$(git rev-parse --show-toplevel)"
 rm -rf /tmp/h200pack && mkdir -p /tmp/h200pack
 b=${BUILD:-build}   # BUILD=DIR packs another build folder
 cp $b/libglm53.so.0.1.0 /tmp/h200pack/libglm53.so
-for t in profile_step test_cuda_graph test_cuda_ops test_cuda_vision_ops test_nccl bench_gemv bench_launch; do cp $b/$t /tmp/h200pack/; done
+for t in profile_step test_cuda_graph test_cuda_ops test_cuda_vision_ops test_nccl bench_gemv bench_launch bench_grouped; do cp $b/$t /tmp/h200pack/; done
 strip /tmp/h200pack/*
 mkdir -p .h200
 tar cf - -C /tmp/h200pack . | xz -9e --lzma2=dict=96MiB -T2 > ${PACK:-.h200/bin.txz}   # the binaries share the library: one dictionary holds it once
