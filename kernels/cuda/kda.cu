@@ -34,8 +34,8 @@
  * would have stored in an activation tensor is rounded to that dtype at the same point (cuda_act_round).
  *
  * Both are token-by-token forms. The chunked (WY / UT) form, for prefill behind GLM53_CUDA_KDA_CHUNKED (on by
- * default), has its own section below: F32 FMAs on the CUDA cores, agreeing with the
- * token kernel to F32 rounding rather than in bits; decode and verification keep the token kernel.
+ * default), has its own section below: F32 FMAs on the CUDA cores, agreeing with the token kernel to F32 rounding
+ * rather than in bits; decode and verification keep the token kernel.
  */
 #include "kernels/cuda/cuda_common.cuh"
 
@@ -354,8 +354,8 @@ kda_recurrent_columns_kernel(act_out o, act_in q, act_in k, act_in v, const floa
  * token kernel. Hence: intra 256 threads, two blocks a multiprocessor (16 warps), pairs of one kind a warp, exp2f
  * for the pairwise decays, W beside Kd and Ut, about 30 k instructions a block instead of 69 k; inter 512 threads
  * (16 warps), phase A split over the key rows; measured on the H100 at 15:40 the same day: 2.2 ms intra + 2.6 ms
- * inter a layer. The inter kernel's floor on the CUDA cores
- * is about 3.2 us a chunk at 100% FMA issue (0.8 ms a layer); past that, tensor cores.
+ * inter a layer. The inter kernel's floor on the CUDA cores is about 3.2 us a chunk at 100% FMA issue (0.8 ms a
+ * layer); past that, tensor cores.
  *
  * Precision: the sums are reordered, so the chunked form agrees with the CPU op (and with the token kernel) to F32
  * rounding, not bit for bit; prefill in pieces of different sizes agrees to rounding. Decode and verification
