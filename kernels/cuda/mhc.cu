@@ -326,6 +326,20 @@ __device__ inline void mhc_post8(float (&a)[8], float pk, const float (&cjk)[4],
     }
 }
 
+/* Eight elements of the collapse x = sum_k pre[k] H_k (S = 4, in k order from zero), rounded to BF16: what both
+ * site kernels store and feed to the rmsnorm's sums. */
+__device__ inline uint4 mhc_collapse8(const float *pre, const uint4 (&hk)[4]) {
+    float a[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        float hf[8];
+        cuda_bf16x8_to_float(hk[k], hf);
+#pragma unroll
+        for (int e = 0; e < 8; e++) a[e] = __fmaf_rn(pre[k], hf[e], a[e]);
+    }
+    return cuda_float8_to_bf16x8(a);
+}
+
 /* mhc_site in one kernel, S = 4, BF16 activations and fn (cuda_mhc_site checks), grid (rows, n_chunks),
  * MHC_SITE_THREADS threads. Block (n, c) owns chunk c of row n's flattened streams (as stage 1 of mhc_pre):
  *   1. (POST) its 512 elements of the new streams, H_out[n][k][d] = post[k] y[d] + sum_j comb[j][k] H_in[j][d]
@@ -438,15 +452,8 @@ mhc_site_kernel(act_out H_out, act_out x, act_out xn, float *post, float *comb, 
         ss[v] = 0.0f;
 #pragma unroll
         for (int c = 0; c < CH; c++) {
-            float a[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f}, xr[8];
-#pragma unroll
-            for (int k = 0; k < S; k++) {
-                float hf[8];
-                cuda_bf16x8_to_float(hk[v][c][k], hf);
-#pragma unroll
-                for (int e = 0; e < 8; e++) a[e] = __fmaf_rn(pre[k], hf[e], a[e]);
-            }
-            xb[v][c] = cuda_float8_to_bf16x8(a);
+            float xr[8];
+            xb[v][c] = mhc_collapse8(pre, hk[v][c]);
             if (column(v, c) >= D) continue;
             *reinterpret_cast<uint4 *>((__nv_bfloat16 *)x.data + n * D + column(v, c)) = xb[v][c];
             cuda_bf16x8_to_float(xb[v][c], xr);
@@ -615,15 +622,8 @@ mhc_site_tail_kernel(act_out x, act_out xn, float *post, float *comb, act_in Hs_
     float ss = 0.0f;
 #pragma unroll
     for (int c = 0; c < CH; c++) {
-        float a[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f}, xr[8];
-#pragma unroll
-        for (int k = 0; k < S; k++) {
-            float hf[8];
-            cuda_bf16x8_to_float(hk[c][k], hf);
-#pragma unroll
-            for (int e = 0; e < 8; e++) a[e] = __fmaf_rn(pre[k], hf[e], a[e]);
-        }
-        xb[c] = cuda_float8_to_bf16x8(a);
+        float xr[8];
+        xb[c] = mhc_collapse8(pre, hk[c]);
         if (column(c) >= D) continue;
         *reinterpret_cast<uint4 *>((__nv_bfloat16 *)x.data + n * D + column(c)) = xb[c];
         cuda_bf16x8_to_float(xb[c], xr);

@@ -1120,6 +1120,20 @@ static void kda_test_qk(int64_t rows, int64_t dk, int dt, float **q, float **k) 
     *k = kv;
 }
 
+/* kda_recurrent's outputs on both backends compared: o, and every state the slots kept (the last row's as "state",
+ * the others as "snapT"). */
+static void kda_compare_recurrent(const tpair *o, const tpair *states, const int32_t *slot_of, int64_t T, double thr) {
+    compare("o", o->c, o->g, thr);
+    for (int64_t t = 0; t < T; t++) {
+        if (slot_of[1 + t] < 0) continue;
+        glm53_tensor sc = glm53_tensor_rows_view(states->c, slot_of[1 + t], 1);
+        glm53_tensor sg = glm53_tensor_rows_view(states->g, slot_of[1 + t], 1);
+        char what[24];
+        snprintf(what, sizeof what, t == T - 1 ? "state" : "snap%lld", (long long)t);
+        compare(what, &sc, &sg, thr);
+    }
+}
+
 /* The recurrence over T rows in one call equals T one-row calls, bit for bit (CUDA only): a speculative
  * verification chunk must give a decode step's bits. err is the number of differing values (outputs and state). */
 static void check_kda_rows_invariant(int64_t H, int64_t dk, int64_t dv, int64_t T, int dt) {
@@ -1192,16 +1206,7 @@ static void check_kda_recurrent(int64_t H, int64_t dk, int64_t dv, int64_t T, in
     TRY(out_pair(&o, dt, SHAPE(T, H, dv)));
     TRY(cpu->ops->kda_recurrent(cpu, o.c, q.c, k.c, v.c, g.c, beta.c, states.c, slots.c));
     TRY(gpu->ops->kda_recurrent(gpu, o.g, q.g, k.g, v.g, g.g, beta.g, states.g, slots.g));
-    double thr = THR(dt);
-    compare("o", o.c, o.g, thr);
-    for (int64_t t = 0; t < T; t++) {
-        if (slot_of[1 + t] < 0) continue;
-        glm53_tensor sc = glm53_tensor_rows_view(states.c, slot_of[1 + t], 1);
-        glm53_tensor sg = glm53_tensor_rows_view(states.g, slot_of[1 + t], 1);
-        char what[24];
-        snprintf(what, sizeof what, t == T - 1 ? "state" : "snap%lld", (long long)t);
-        compare(what, &sc, &sg, thr);
-    }
+    kda_compare_recurrent(&o, &states, slot_of, T, THR(dt));
 done:
     check_end();
 }
@@ -1439,16 +1444,7 @@ static void check_kda_chunked(int64_t H, int64_t dk, int64_t dv, int64_t T, int 
     TRY(out_pair(&o, dt, SHAPE(T, H, dv)));
     TRY(cpu->ops->kda_recurrent(cpu, o.c, q.c, k.c, v.c, g.c, beta.c, states.c, slots.c));
     TRY(gpu->ops->kda_recurrent(gpu, o.g, q.g, k.g, v.g, g.g, beta.g, states.g, slots.g));
-    const double thr = THR(dt);
-    compare("o", o.c, o.g, thr);
-    for (int64_t t = 0; t < T; t++) {
-        if (slot_of[1 + t] < 0) continue;
-        glm53_tensor sc = glm53_tensor_rows_view(states.c, slot_of[1 + t], 1);
-        glm53_tensor sg = glm53_tensor_rows_view(states.g, slot_of[1 + t], 1);
-        char what[24];
-        snprintf(what, sizeof what, t == T - 1 ? "state" : "snap%lld", (long long)t);
-        compare(what, &sc, &sg, thr);
-    }
+    kda_compare_recurrent(&o, &states, slot_of, T, THR(dt));
     /* the same call through the token kernel: other bits (F32 outputs only: BF16's rounding can hide the reordered
      * sums, as it did at T 64 on the H100) */
     if (!self_test && dt == F32) {
