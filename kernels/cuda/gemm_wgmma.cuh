@@ -269,4 +269,133 @@ __device__ inline const float *gemm_wgmma_block(uint8_t *smem_raw, const gemm_mm
     return c;
 }
 
+/* ------------------------------------------------------------------------------------------------------------
+ * The same tile, warp-specialized (bench_grouped's variant "warp-specialized"; not yet used by moe.cu, not yet run):
+ * 384 threads, warpgroup 0 the producer (cp.async of x and the codes two steps ahead, the conversion, 56 registers
+ * after setmaxnreg), warpgroups 1 and 2 the consumers (64 tile rows each: wgmma, the promotion, 224 registers). The
+ * lockstep above makes both warpgroups copy, convert and wait at two block barriers a step; here the consumers only
+ * wait for a stage to be full and the producer only for one to be empty, through named barriers (ids 1-4: stage
+ * full, the producer arriving and the consumers syncing; 5-8: stage empty, the other way round; 384 threads each;
+ * 9: the consumers alone, before the result tile).
+ * Four stages of x, codes and converted weights (40 KB a stage). The arithmetic is gemm_wgmma_block's: the same
+ * products in the same wgmma instructions, the same promotion, so the same bits.
+ */
+enum { GEMM_WS_THREADS = 384, GEMM_WS_STAGES = 4, GEMM_WS_AHEAD = 2 };
+constexpr size_t GEMM_WS_STAGE_BYTES = GEMM_WG_X_BYTES + GEMM_WG_WB_BYTES + GEMM_WG_W8_BYTES;
+constexpr size_t GEMM_WS_SMEM = GEMM_WS_STAGES * GEMM_WS_STAGE_BYTES + 1024;
+static_assert((size_t)GEMM_WG_BM * GEMM_WG_C_LD * 4 <= GEMM_WS_SMEM - 1024, "the result tile reuses the stages");
+
+__device__ inline void gemm_ws_bar_sync(int id) { asm volatile("bar.sync %0, 384;" ::"r"(id) : "memory"); }
+__device__ inline void gemm_ws_bar_arrive(int id) { asm volatile("bar.arrive %0, 384;" ::"r"(id) : "memory"); }
+__device__ inline int gemm_ws_full(int stage) { return 1 + stage; }
+__device__ inline int gemm_ws_empty(int stage) { return 1 + GEMM_WS_STAGES + stage; }
+
+/* c[r][col] as gemm_wgmma_block's, [128][GEMM_WG_C_LD] F32 in `smem`. x_row[j] (producer threads only, threadIdx.x
+ * < 128) is the x row (or -1) of tile row threadIdx.x / 8 + 16 j, whose 16-byte piece threadIdx.x % 8 this thread
+ * copies. Every thread of the block must call it; blockDim.x == GEMM_WS_THREADS. */
+__device__ inline const float *gemm_wgmma_ws_block(uint8_t *smem_raw, const gemm_mma_tile &t, const int64_t (&x_row)[8]) {
+    constexpr int ST = GEMM_WS_STAGES;
+    const int tid = threadIdx.x, wg = tid / 128;
+    const uint32_t raw = (uint32_t)__cvta_generic_to_shared(smem_raw);
+    uint8_t *smem = smem_raw + ((1024u - (raw & 1023u)) & 1023u);
+    const auto xs = [&](int stage) { return smem + stage * GEMM_WS_STAGE_BYTES; };
+    const auto wb = [&](int stage) { return smem + stage * GEMM_WS_STAGE_BYTES + GEMM_WG_X_BYTES; };
+    const auto w8 = [&](int stage) { return smem + stage * GEMM_WS_STAGE_BYTES + GEMM_WG_X_BYTES + GEMM_WG_WB_BYTES; };
+    const int steps = t.K / GEMM_WG_BK;   /* even: K % 128 == 0 */
+    float *c = reinterpret_cast<float *>(smem);
+
+    if (wg == 0) {
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 56;");
+        /* pieces of codes: i = tid + 128 j is row i / 4 (half i / 256 ... rows 0-63 half 0), bytes 16 (i % 4) .. */
+        const uint8_t *w_src[4];
+        bool w_ok[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const int row = (tid + 128 * j) / 4, half = row / 64;
+            const int64_t n = t.n[half] + row % 64;
+            w_ok[j] = n < t.end[half];
+            w_src[j] = (const uint8_t *)t.w[half].data + (w_ok[j] ? n : 0) * t.K + 16 * (tid % 4);
+        }
+        const auto load = [&](int step, int stage) {
+            const int k0 = step * GEMM_WG_BK;
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+                cuda_cp_async16(xs(stage) + gemm_wg_swizzle(tid / 8 + 16 * j, tid % 8),
+                                t.x + (x_row[j] >= 0 ? x_row[j] * t.ldx : 0) + 8 * (tid % 8) + k0, x_row[j] >= 0 ? 16 : 0);
+#pragma unroll
+            for (int j = 0; j < 4; j++) cuda_cp_async16(w8(stage) + (tid + 128 * j) * 16, w_src[j] + k0, w_ok[j] ? 16 : 0);
+        };
+        for (int a = 0; a < GEMM_WS_AHEAD; a++) {
+            if (a < steps) load(a, a);
+            cuda_cp_async_commit();
+        }
+        for (int s = 0; s < steps; s++) {
+            const int a = s + GEMM_WS_AHEAD;
+            if (a < steps) {
+                if (a >= ST) gemm_ws_bar_sync(gemm_ws_empty(a % ST));   /* the consumers are done with step a - ST */
+                load(a, a % ST);
+            }
+            cuda_cp_async_commit();
+            cuda_cp_async_wait<GEMM_WS_AHEAD>();   /* this thread's copies of step s have landed */
+#pragma unroll
+            for (int j = 0; j < 4; j++) {   /* its codes to BF16: row r's codes 16 c .. as its pieces 2 c, 2 c + 1 */
+                const int i = tid + 128 * j, r = i / 4, c = i % 4;
+                const uint4 v = *reinterpret_cast<const uint4 *>(w8(s % ST) + i * 16);
+                const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+                uint32_t o[8];
+#pragma unroll
+                for (int e = 0; e < 4; e++) gemm_wg_fp8x4_to_bf16x4(words[e], o[2 * e], o[2 * e + 1]);
+                *reinterpret_cast<uint4 *>(wb(s % ST) + gemm_wg_swizzle(r, 2 * c)) = make_uint4(o[0], o[1], o[2], o[3]);
+                *reinterpret_cast<uint4 *>(wb(s % ST) + gemm_wg_swizzle(r, 2 * c + 1)) = make_uint4(o[4], o[5], o[6], o[7]);
+            }
+            gemm_wg_fence_proxy();   /* x (landed) and the converted codes, to the MMAs' async proxy */
+            gemm_ws_bar_arrive(gemm_ws_full(s % ST));
+        }
+    } else {
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 224;");
+        const int cw = wg - 1;   /* tile rows 64 cw .. 64 cw + 63 */
+        float sum[64];
+#pragma unroll
+        for (int i = 0; i < 64; i++) sum[i] = 0.0f;
+        const float *scale[2];
+#pragma unroll
+        for (int j = 0; j < 2; j++)
+            scale[j] = t.n[j] < t.end[j] ? t.w[j].scale + (t.n[j] / 128) * t.w[j].scale_stride : nullptr;
+        float d[64];
+#pragma unroll
+        for (int i = 0; i < 64; i++) d[i] = 0.0f;
+        const auto issue = [&](int s, bool first) {
+            gemm_ws_bar_sync(gemm_ws_full(s % ST));
+            const uint64_t a = gemm_wg_desc(xs(s % ST) + cw * 64 * 128), b = gemm_wg_desc(wb(s % ST));
+            gemm_wg_fence();
+#pragma unroll
+            for (int k = 0; k < GEMM_WG_BK / 16; k++) gemm_wg_mma(d, a + 2 * k, b + 2 * k, first && k == 0 ? 0 : 1);
+            gemm_wg_commit();
+        };
+        for (int s = 0; s < steps; s += 2) {
+            const int kb = s / 2;
+            const float s0 = scale[0] ? scale[0][kb] : 0.0f, s1 = scale[1] ? scale[1][kb] : 0.0f;
+            gemm_wg_fence_operand(d);
+            issue(s, true);
+            issue(s + 1, false);
+            gemm_wg_wait<0>();
+            gemm_wg_fence_operand(d);
+            /* both stages are free again: tell the producer, if it will refill them */
+            if (s + ST < steps) gemm_ws_bar_arrive(gemm_ws_empty(s % ST));
+            if (s + 1 + ST < steps) gemm_ws_bar_arrive(gemm_ws_empty((s + 1) % ST));
+#pragma unroll
+            for (int i = 0; i < 64; i++) sum[i] = fmaf(d[i], i < 32 ? s0 : s1, sum[i]);
+        }
+        /* both consumers' MMAs have completed (and the producer wrote its last stage before the last full
+         * barrier): the result tile may reuse the stages */
+        asm volatile("bar.sync %0, 256;" ::"r"(1 + 2 * GEMM_WS_STAGES) : "memory");
+        const int lane = tid & 31, g = lane / 4, q = lane % 4, row0 = cw * 64 + ((tid / 32) % 4) * 16 + g;
+#pragma unroll
+        for (int i = 0; i < 64; i++)
+            c[(row0 + 8 * ((i % 4) / 2)) * GEMM_WG_C_LD + 8 * (i / 4) + 2 * q + (i % 2)] = sum[i];
+    }
+    __syncthreads();
+    return c;
+}
+
 #endif

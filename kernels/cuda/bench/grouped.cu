@@ -8,6 +8,9 @@
  *
  *   build/bench_grouped            # one table: variant -> ms per launch, TFLOP/s, ms saved against "all"
  *
+ * and the warp-specialized form of the tile (gemm_wgmma_ws_block: a producer warpgroup beside two consumers), checked
+ * and timed the same way, which moe.cu would take if it is faster.
+ *
  * The shapes: 288 experts of gate and up [2048, 4096] FP8 with 128 x 128 block scales, 114 rows an expert (4,096
  * rows x 8 slots / 288) gathered from x [4096, 4096] BF16, one 128-row m-tile an expert, 32 f-tiles of 64 gate +
  * 64 up columns: 288 x 32 = 9,216 blocks, one a multiprocessor at a time. The epilogue writes h = silu(gate) * up in BF16 as moe.cu's does. The whole
@@ -80,6 +83,33 @@ bench_gate_up(__nv_bfloat16 *h, const __nv_bfloat16 *x, const int32_t *row_of, c
     }
 }
 
+/* The same with gemm_wgmma_ws_block (384 threads: a producer warpgroup and two consumers). */
+__global__ void __launch_bounds__(GEMM_WS_THREADS, 1)
+bench_gate_up_ws(__nv_bfloat16 *h, const __nv_bfloat16 *x, const int32_t *row_of, const uint8_t *gate,
+                 const uint8_t *up, const float *gate_scale, const float *up_scale) {
+    extern __shared__ __align__(16) uint8_t smem[];
+    const int e = blockIdx.y;
+    const int64_t f0 = (int64_t)blockIdx.x * 64, sstride = D / 128;
+    int64_t x_row[8];
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        const int r = (int)threadIdx.x / 8 + 16 * j;
+        x_row[j] = threadIdx.x < 128 && r < ROWS_PER_EXPERT ? row_of[e * ROWS_PER_EXPERT + r] : -1;
+    }
+    const weight_ref g = {gate + (int64_t)e * F * D, GLM53_F8_E4M3, D, gate_scale + (int64_t)e * (F / 128) * sstride,
+                          sstride, 128, 128};
+    const weight_ref u = {up + (int64_t)e * F * D, GLM53_F8_E4M3, D, up_scale + (int64_t)e * (F / 128) * sstride,
+                          sstride, 128, 128};
+    const gemm_mma_tile tile = {x, D, {g, u}, {f0, f0}, {F, F}, D};
+    const float *c = gemm_wgmma_ws_block(smem, tile, x_row);
+    for (int i = threadIdx.x; i < ROWS_PER_EXPERT * 64; i += GEMM_WS_THREADS) {
+        const int r = i / 64, col = i % 64;
+        const float gv = __bfloat162float(__float2bfloat16_rn(c[r * GEMM_WG_C_LD + col]));
+        const float uv = __bfloat162float(__float2bfloat16_rn(c[r * GEMM_WG_C_LD + 64 + col]));
+        h[((int64_t)e * ROWS_PER_EXPERT + r) * F + f0 + col] = __float2bfloat16_rn(gv / (1.0f + expf(-gv)) * uv);
+    }
+}
+
 struct bench_data {
     __nv_bfloat16 *x, *h;
     int32_t *row_of;
@@ -87,12 +117,14 @@ struct bench_data {
     float *gate_scale, *up_scale;
 };
 
-template <int SKIP>
-static float time_variant(cudaStream_t stream, const bench_data &b) {
-    CK(cudaFuncSetAttribute(bench_gate_up<SKIP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)GEMM_WG_SMEM));
+/* Median milliseconds of REPEATS launches of `kernel` (threads, smem) over the bench's grid, after a warm-up. */
+static float time_kernel(cudaStream_t stream, const bench_data &b,
+                         void (*kernel)(__nv_bfloat16 *, const __nv_bfloat16 *, const int32_t *, const uint8_t *,
+                                        const uint8_t *, const float *, const float *),
+                         int threads, size_t smem) {
+    CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     const dim3 grid(F / 64, EXPERTS);
-    bench_gate_up<SKIP><<<grid, GEMM_WG_THREADS, GEMM_WG_SMEM, stream>>>(b.h, b.x, b.row_of, b.gate, b.up,
-                                                                         b.gate_scale, b.up_scale);   /* warm-up */
+    kernel<<<grid, threads, smem, stream>>>(b.h, b.x, b.row_of, b.gate, b.up, b.gate_scale, b.up_scale);   /* warm-up */
     CK(cudaGetLastError());
     cudaEvent_t t0, t1;
     CK(cudaEventCreate(&t0));
@@ -100,8 +132,7 @@ static float time_variant(cudaStream_t stream, const bench_data &b) {
     std::vector<float> ms;
     for (int i = 0; i < REPEATS; i++) {
         CK(cudaEventRecord(t0, stream));
-        bench_gate_up<SKIP><<<grid, GEMM_WG_THREADS, GEMM_WG_SMEM, stream>>>(b.h, b.x, b.row_of, b.gate, b.up,
-                                                                             b.gate_scale, b.up_scale);
+        kernel<<<grid, threads, smem, stream>>>(b.h, b.x, b.row_of, b.gate, b.up, b.gate_scale, b.up_scale);
         CK(cudaEventRecord(t1, stream));
         CK(cudaEventSynchronize(t1));
         float v;
@@ -111,6 +142,10 @@ static float time_variant(cudaStream_t stream, const bench_data &b) {
     CK(cudaEventDestroy(t0));
     CK(cudaEventDestroy(t1));
     return bench_median(ms);
+}
+template <int SKIP>
+static float time_variant(cudaStream_t stream, const bench_data &b) {
+    return time_kernel(stream, b, bench_gate_up<SKIP>, GEMM_WG_THREADS, GEMM_WG_SMEM);
 }
 
 /* The whole tile against the CPU on sampled (expert, row, column) triples; returns the worst relative error. */
@@ -186,5 +221,10 @@ int main() {
     row("no promotion (no k-block drain)", time_variant<GEMM_WG_SKIP_PROMOTE>(stream, b));
     row("only barriers and epilogue", time_variant<GEMM_WG_SKIP_X_COPY | GEMM_WG_SKIP_W_COPY | GEMM_WG_SKIP_CONVERT |
                                                    GEMM_WG_SKIP_MMA | GEMM_WG_SKIP_PROMOTE>(stream, b));
-    return err < 2e-2 ? 0 : 1;
+    /* the warp-specialized form (gemm_wgmma_ws_block): checked the same way, then timed */
+    const float ws = time_kernel(stream, b, bench_gate_up_ws, GEMM_WS_THREADS, GEMM_WS_SMEM);
+    const double ws_err = check(b, row_of, gs, us);
+    row("warp-specialized (384 threads)", ws);
+    printf("check (warp-specialized) against the CPU: max rel err %.2e %s\n", ws_err, ws_err < 2e-2 ? "ok" : "FAIL");
+    return err < 2e-2 && ws_err < 2e-2 ? 0 : 1;
 }
