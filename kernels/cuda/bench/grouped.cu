@@ -55,59 +55,56 @@ __global__ void fill_x(__nv_bfloat16 *x, int64_t n) {
         x[i] = __float2bfloat16_rn(bench_x((uint64_t)i));
 }
 
-/* grid (F / 64, EXPERTS): expert blockIdx.y's gate and up rows f0 .. f0 + 63 against its gathered rows. */
+/* Block (f-tile, expert)'s operands: expert blockIdx.y's gate and up rows f0 .. f0 + 63. */
+__device__ inline gemm_mma_tile bench_tile(const __nv_bfloat16 *x, const uint8_t *gate, const uint8_t *up,
+                                           const float *gate_scale, const float *up_scale) {
+    const int e = blockIdx.y;
+    const int64_t f0 = (int64_t)blockIdx.x * 64, sstride = D / 128;
+    const weight_ref g = {gate + (int64_t)e * F * D, GLM53_F8_E4M3, D, gate_scale + (int64_t)e * (F / 128) * sstride,
+                          sstride, 128, 128};
+    const weight_ref u = {up + (int64_t)e * F * D, GLM53_F8_E4M3, D, up_scale + (int64_t)e * (F / 128) * sstride,
+                          sstride, 128, 128};
+    return gemm_mma_tile{x, D, {g, u}, {f0, f0}, {F, F}, D};
+}
+
+/* The x row of tile row r of this block's expert (-1 past its rows). */
+__device__ inline int64_t bench_x_row(const int32_t *row_of, int r) {
+    return r < ROWS_PER_EXPERT ? row_of[blockIdx.y * ROWS_PER_EXPERT + r] : -1;
+}
+
+/* moe.cu's epilogue: h = silu(round(gate)) * round(up) in BF16 for the expert's rows, from the result tile c. */
+__device__ inline void bench_epilogue(__nv_bfloat16 *h, const float *c) {
+    const int64_t f0 = (int64_t)blockIdx.x * 64;
+    for (int i = threadIdx.x; i < ROWS_PER_EXPERT * 64; i += blockDim.x) {
+        const int r = i / 64, col = i % 64;
+        const float gv = __bfloat162float(__float2bfloat16_rn(c[r * GEMM_WG_C_LD + col]));
+        const float uv = __bfloat162float(__float2bfloat16_rn(c[r * GEMM_WG_C_LD + 64 + col]));
+        h[((int64_t)blockIdx.y * ROWS_PER_EXPERT + r) * F + f0 + col] =
+            __float2bfloat16_rn(gv / (1.0f + expf(-gv)) * uv);
+    }
+}
+
+/* grid (F / 64, EXPERTS): the lockstep tile (gemm_wgmma_block, 256 threads), stages left out as SKIP says. */
 template <int SKIP>
 __global__ void __launch_bounds__(GEMM_WG_THREADS, 1)
 bench_gate_up(__nv_bfloat16 *h, const __nv_bfloat16 *x, const int32_t *row_of, const uint8_t *gate, const uint8_t *up,
               const float *gate_scale, const float *up_scale) {
     extern __shared__ __align__(16) uint8_t smem[];
-    const int e = blockIdx.y;
-    const int64_t f0 = (int64_t)blockIdx.x * 64, sstride = D / 128;
     int64_t x_row[4];
 #pragma unroll
-    for (int j = 0; j < 4; j++) {
-        const int r = (int)threadIdx.x / 8 + 32 * j;
-        x_row[j] = r < ROWS_PER_EXPERT ? row_of[e * ROWS_PER_EXPERT + r] : -1;
-    }
-    const weight_ref g = {gate + (int64_t)e * F * D, GLM53_F8_E4M3, D, gate_scale + (int64_t)e * (F / 128) * sstride,
-                          sstride, 128, 128};
-    const weight_ref u = {up + (int64_t)e * F * D, GLM53_F8_E4M3, D, up_scale + (int64_t)e * (F / 128) * sstride,
-                          sstride, 128, 128};
-    const gemm_mma_tile tile = {x, D, {g, u}, {f0, f0}, {F, F}, D};
-    const float *c = gemm_wgmma_block<SKIP>(smem, tile, x_row);
-    for (int i = threadIdx.x; i < ROWS_PER_EXPERT * 64; i += GEMM_WG_THREADS) {
-        const int r = i / 64, col = i % 64;
-        const float gv = __bfloat162float(__float2bfloat16_rn(c[r * GEMM_WG_C_LD + col]));
-        const float uv = __bfloat162float(__float2bfloat16_rn(c[r * GEMM_WG_C_LD + 64 + col]));
-        h[((int64_t)e * ROWS_PER_EXPERT + r) * F + f0 + col] = __float2bfloat16_rn(gv / (1.0f + expf(-gv)) * uv);
-    }
+    for (int j = 0; j < 4; j++) x_row[j] = bench_x_row(row_of, (int)threadIdx.x / 8 + 32 * j);
+    bench_epilogue(h, gemm_wgmma_block<SKIP>(smem, bench_tile(x, gate, up, gate_scale, up_scale), x_row));
 }
 
-/* The same with gemm_wgmma_ws_block (384 threads: a producer warpgroup and two consumers). */
+/* The same with gemm_wgmma_ws_block (384 threads: a producer warpgroup, whose rows these are, and two consumers). */
 __global__ void __launch_bounds__(GEMM_WS_THREADS, 1)
 bench_gate_up_ws(__nv_bfloat16 *h, const __nv_bfloat16 *x, const int32_t *row_of, const uint8_t *gate,
                  const uint8_t *up, const float *gate_scale, const float *up_scale) {
     extern __shared__ __align__(16) uint8_t smem[];
-    const int e = blockIdx.y;
-    const int64_t f0 = (int64_t)blockIdx.x * 64, sstride = D / 128;
     int64_t x_row[8];
 #pragma unroll
-    for (int j = 0; j < 8; j++) {
-        const int r = (int)threadIdx.x / 8 + 16 * j;
-        x_row[j] = threadIdx.x < 128 && r < ROWS_PER_EXPERT ? row_of[e * ROWS_PER_EXPERT + r] : -1;
-    }
-    const weight_ref g = {gate + (int64_t)e * F * D, GLM53_F8_E4M3, D, gate_scale + (int64_t)e * (F / 128) * sstride,
-                          sstride, 128, 128};
-    const weight_ref u = {up + (int64_t)e * F * D, GLM53_F8_E4M3, D, up_scale + (int64_t)e * (F / 128) * sstride,
-                          sstride, 128, 128};
-    const gemm_mma_tile tile = {x, D, {g, u}, {f0, f0}, {F, F}, D};
-    const float *c = gemm_wgmma_ws_block(smem, tile, x_row);
-    for (int i = threadIdx.x; i < ROWS_PER_EXPERT * 64; i += GEMM_WS_THREADS) {
-        const int r = i / 64, col = i % 64;
-        const float gv = __bfloat162float(__float2bfloat16_rn(c[r * GEMM_WG_C_LD + col]));
-        const float uv = __bfloat162float(__float2bfloat16_rn(c[r * GEMM_WG_C_LD + 64 + col]));
-        h[((int64_t)e * ROWS_PER_EXPERT + r) * F + f0 + col] = __float2bfloat16_rn(gv / (1.0f + expf(-gv)) * uv);
-    }
+    for (int j = 0; j < 8; j++) x_row[j] = threadIdx.x < 128 ? bench_x_row(row_of, (int)threadIdx.x / 8 + 16 * j) : -1;
+    bench_epilogue(h, gemm_wgmma_ws_block(smem, bench_tile(x, gate, up, gate_scale, up_scale), x_row));
 }
 
 struct bench_data {
