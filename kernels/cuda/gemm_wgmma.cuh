@@ -126,6 +126,32 @@ __device__ inline void gemm_wg_fp8x4_to_bf16x4(uint32_t codes, uint32_t &lo, uin
     hi = out[1];
 }
 
+/* Piece i of a step's codes (row i / 4, codes 16 (i % 4) .. + 15, 16 bytes at codes + 16 i) converted to BF16 into
+ * the row's 16-byte pieces 2 (i % 4) and 2 (i % 4) + 1 of the swizzled buffer. */
+__device__ inline void gemm_wg_convert_piece(uint8_t *buffer, const uint8_t *codes, int i) {
+    const int r = i / 4, c = i % 4;
+    const uint4 v = *reinterpret_cast<const uint4 *>(codes + i * 16);
+    const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+    uint32_t o[8];
+#pragma unroll
+    for (int e = 0; e < 4; e++) gemm_wg_fp8x4_to_bf16x4(words[e], o[2 * e], o[2 * e + 1]);
+    *reinterpret_cast<uint4 *>(buffer + gemm_wg_swizzle(r, 2 * c)) = make_uint4(o[0], o[1], o[2], o[3]);
+    *reinterpret_cast<uint4 *>(buffer + gemm_wg_swizzle(r, 2 * c + 1)) = make_uint4(o[4], o[5], o[6], o[7]);
+}
+
+/* The block scales of weight half j's rows, one per k-block (NULL: the half lies wholly past its end). */
+__device__ inline const float *gemm_wg_half_scales(const gemm_mma_tile &t, int j) {
+    return t.n[j] < t.end[j] ? t.w[j].scale + (t.n[j] / 128) * t.w[j].scale_stride : nullptr;
+}
+
+/* A warpgroup's running sums into the result tile [128][GEMM_WG_C_LD]: its warp `warp` (0-3) holds tile rows
+ * row_base + 16 warp .. (the C fragment layout of gemm_wg_mma). */
+__device__ inline void gemm_wg_store_sums(float *c, const float (&sum)[64], int row_base, int warp, int lane) {
+    const int g = lane / 4, q = lane % 4, row0 = row_base + warp * 16 + g;
+#pragma unroll
+    for (int i = 0; i < 64; i++) c[(row0 + 8 * ((i % 4) / 2)) * GEMM_WG_C_LD + 8 * (i / 4) + 2 * q + (i % 2)] = sum[i];
+}
+
 /* Stages kernels/cuda/bench/grouped.cu leaves out, one at a time, to find where the block's time goes (the
  * results are then wrong; the engine always runs GEMM_WG_ALL). */
 enum {
@@ -177,27 +203,15 @@ __device__ inline const float *gemm_wgmma_block(uint8_t *smem_raw, const gemm_mm
 #pragma unroll
             for (int j = 0; j < 2; j++) cuda_cp_async16(wd + (tid + 256 * j) * 16, w_src[j] + k0, w_ok[j] ? 16 : 0);
     };
-    /* this thread's pieces of the codes of `stage` to BF16: row r's codes 16 c .. 16 c + 15 become the row's
-     * 16-byte BF16 pieces 2 c and 2 c + 1 */
+    /* this thread's pieces of the codes of `stage` to BF16 (gemm_wg_convert_piece) */
     const auto convert = [&](int stage, int buffer) {
-        if constexpr (SKIP & GEMM_WG_SKIP_CONVERT) return;
-        uint8_t *bd = wb + buffer * GEMM_WG_WB_BYTES;
+        if constexpr (!(SKIP & GEMM_WG_SKIP_CONVERT))
 #pragma unroll
-        for (int j = 0; j < 2; j++) {
-            const int i = tid + 256 * j, r = i / 4, c = i % 4;
-            const uint4 v = *reinterpret_cast<const uint4 *>(w8 + stage * GEMM_WG_W8_BYTES + i * 16);
-            const uint32_t words[4] = {v.x, v.y, v.z, v.w};
-            uint32_t o[8];
-#pragma unroll
-            for (int e = 0; e < 4; e++) gemm_wg_fp8x4_to_bf16x4(words[e], o[2 * e], o[2 * e + 1]);
-            *reinterpret_cast<uint4 *>(bd + gemm_wg_swizzle(r, 2 * c)) = make_uint4(o[0], o[1], o[2], o[3]);
-            *reinterpret_cast<uint4 *>(bd + gemm_wg_swizzle(r, 2 * c + 1)) = make_uint4(o[4], o[5], o[6], o[7]);
-        }
+            for (int j = 0; j < 2; j++)
+                gemm_wg_convert_piece(wb + buffer * GEMM_WG_WB_BYTES, w8 + stage * GEMM_WG_W8_BYTES, tid + 256 * j);
     };
     /* the block scales of this thread's columns (half 0: d[0..31], half 1: d[32..63]) at k-block kb */
-    const float *scale[2];   /* NULL: a half wholly past its end (zeros, whatever the scale) */
-#pragma unroll
-    for (int j = 0; j < 2; j++) scale[j] = t.n[j] < t.end[j] ? t.w[j].scale + (t.n[j] / 128) * t.w[j].scale_stride : nullptr;
+    const float *scale[2] = {gemm_wg_half_scales(t, 0), gemm_wg_half_scales(t, 1)};
 
     const int steps = t.K / GEMM_WG_BK;   /* even: K % 128 == 0 */
 #pragma unroll
@@ -261,10 +275,7 @@ __device__ inline const float *gemm_wgmma_block(uint8_t *smem_raw, const gemm_mm
     }
     /* the result tile (the stages are free: every MMA has completed, the last barrier passed) */
     float *c = reinterpret_cast<float *>(smem);
-    const int g = lane / 4, q = lane % 4, row0 = wg * 64 + warp_in_wg * 16 + g;
-#pragma unroll
-    for (int i = 0; i < 64; i++)
-        c[(row0 + 8 * ((i % 4) / 2)) * GEMM_WG_C_LD + 8 * (i / 4) + 2 * q + (i % 2)] = sum[i];
+    gemm_wg_store_sums(c, sum, wg * 64, warp_in_wg, lane);
     __syncthreads();
     return c;
 }
@@ -338,16 +349,7 @@ __device__ inline const float *gemm_wgmma_ws_block(uint8_t *smem_raw, const gemm
             cuda_cp_async_commit();
             cuda_cp_async_wait<GEMM_WS_AHEAD>();   /* this thread's copies of step s have landed */
 #pragma unroll
-            for (int j = 0; j < 4; j++) {   /* its codes to BF16: row r's codes 16 c .. as its pieces 2 c, 2 c + 1 */
-                const int i = tid + 128 * j, r = i / 4, c = i % 4;
-                const uint4 v = *reinterpret_cast<const uint4 *>(w8(s % ST) + i * 16);
-                const uint32_t words[4] = {v.x, v.y, v.z, v.w};
-                uint32_t o[8];
-#pragma unroll
-                for (int e = 0; e < 4; e++) gemm_wg_fp8x4_to_bf16x4(words[e], o[2 * e], o[2 * e + 1]);
-                *reinterpret_cast<uint4 *>(wb(s % ST) + gemm_wg_swizzle(r, 2 * c)) = make_uint4(o[0], o[1], o[2], o[3]);
-                *reinterpret_cast<uint4 *>(wb(s % ST) + gemm_wg_swizzle(r, 2 * c + 1)) = make_uint4(o[4], o[5], o[6], o[7]);
-            }
+            for (int j = 0; j < 4; j++) gemm_wg_convert_piece(wb(s % ST), w8(s % ST), tid + 128 * j);
             gemm_wg_fence_proxy();   /* x (landed) and the converted codes, to the MMAs' async proxy */
             gemm_ws_bar_arrive(gemm_ws_full(s % ST));
         }
@@ -357,10 +359,7 @@ __device__ inline const float *gemm_wgmma_ws_block(uint8_t *smem_raw, const gemm
         float sum[64];
 #pragma unroll
         for (int i = 0; i < 64; i++) sum[i] = 0.0f;
-        const float *scale[2];
-#pragma unroll
-        for (int j = 0; j < 2; j++)
-            scale[j] = t.n[j] < t.end[j] ? t.w[j].scale + (t.n[j] / 128) * t.w[j].scale_stride : nullptr;
+        const float *scale[2] = {gemm_wg_half_scales(t, 0), gemm_wg_half_scales(t, 1)};
         float d[64];
 #pragma unroll
         for (int i = 0; i < 64; i++) d[i] = 0.0f;
@@ -389,10 +388,7 @@ __device__ inline const float *gemm_wgmma_ws_block(uint8_t *smem_raw, const gemm
         /* both consumers' MMAs have completed (and the producer wrote its last stage before the last full
          * barrier): the result tile may reuse the stages */
         asm volatile("bar.sync %0, 256;" ::"r"(1 + 2 * GEMM_WS_STAGES) : "memory");
-        const int lane = tid & 31, g = lane / 4, q = lane % 4, row0 = cw * 64 + ((tid / 32) % 4) * 16 + g;
-#pragma unroll
-        for (int i = 0; i < 64; i++)
-            c[(row0 + 8 * ((i % 4) / 2)) * GEMM_WG_C_LD + 8 * (i / 4) + 2 * q + (i % 2)] = sum[i];
+        gemm_wg_store_sums(c, sum, cw * 64, (tid / 32) % 4, tid & 31);
     }
     __syncthreads();
     return c;

@@ -415,6 +415,19 @@ static inline int64_t kda_intra_smem_floats(int64_t dk) {
     return (4 * KDA_CHUNK + 3 * KDA_SUB) * (dk + 4) + 3 * KDA_CHUNK * KDA_MQK_STRIDE + KDA_CHUNK;
 }
 
+/* out[t * stride] = sum_{u <= t} Tb[t][u] x[u] for the chunk's rows t, in u order: Tb (lower triangular, rows of
+ * `ld` floats in shared memory) applied to one key channel or value column x. */
+__device__ inline void kda_tril_apply(float *out, int64_t stride, const float *Tb, int64_t ld,
+                                      const float (&x)[KDA_CHUNK]) {
+#pragma unroll
+    for (int t = 0; t < KDA_CHUNK; t++) {
+        float acc = 0.0f;
+#pragma unroll
+        for (int u = 0; u <= t; u++) acc = fmaf(Tb[t * ld + u], x[u], acc);
+        out[t * stride] = acc;
+    }
+}
+
 /* grid (chunks of the piece's longest entry, H, entries), KDA_INTRA_THREADS threads, kda_intra_smem_floats(dk)
  * floats of dynamic shared memory (two blocks a multiprocessor: 16 warps). q, k [N,H,dk], v [N,H,dv] activations,
  * g [N,H,dk], beta [N,H] F32; scratch [chunks of the piece][H][kda_chunk_layout.size] F32. The arithmetic of
@@ -564,13 +577,7 @@ kda_chunk_intra_kernel(act_in q, act_in k, act_in v, const float *g, const float
                 kb[u] = s_k[u * dkp + i] * eb;
             }
             out[lay.decay + i] = expf(b);
-#pragma unroll
-            for (int t = 0; t < KDA_CHUNK; t++) {
-                float w = 0.0f;
-#pragma unroll
-                for (int u = 0; u <= t; u++) w = fmaf(s_Tb[t * M + u], kb[u], w);
-                out[lay.W + t * dk + i] = w;
-            }
+            kda_tril_apply(out + lay.W + i, dk, s_Tb, M, kb);
         }
     } else {
         /* By key channel: Kd = exp(g_{u+1} + ... + g_31) k summed backwards. */
@@ -588,13 +595,7 @@ kda_chunk_intra_kernel(act_in q, act_in k, act_in v, const float *g, const float
             float vc[KDA_CHUNK];
 #pragma unroll
             for (int u = 0; u < KDA_CHUNK; u++) vc[u] = u < n ? v[((sq.row0 + t0 + u) * H + h) * dv + j] : 0.0f;
-#pragma unroll
-            for (int t = 0; t < KDA_CHUNK; t++) {
-                float acc = 0.0f;
-#pragma unroll
-                for (int u = 0; u <= t; u++) acc = fmaf(s_Tb[t * M + u], vc[u], acc);
-                out[lay.Ut + t * dv + j] = acc;
-            }
+            kda_tril_apply(out + lay.Ut + j, dv, s_Tb, M, vc);
         }
     }
     for (int e = tid; e < KDA_CHUNK * KDA_CHUNK; e += blockDim.x)

@@ -520,7 +520,7 @@ glm53_status cuda_prepare_experts(glm53_backend *be, glm53_expert_set *set) {
                     gemv_mma_weight_fits(ex.down, ex.width) && ex.up.dtype == ex.gate.dtype &&
                     ex.down.dtype == ex.gate.dtype;
         wgmma_fits = wgmma_fits && gemm_wgmma_weight_fits(ex.gate, D) && gemm_wgmma_weight_fits(ex.up, D) &&
-                     gemm_wgmma_weight_fits(ex.down, ex.width) && ex.width % 64 == 0;
+                     gemm_wgmma_weight_fits(ex.down, ex.width);   /* the down check: width % 128 == 0 */
         if (!fits) mma_dtype = -1;
         else if (mma_dtype == -2) mma_dtype = ex.gate.dtype;
         else if (mma_dtype != ex.gate.dtype) mma_dtype = -1;
