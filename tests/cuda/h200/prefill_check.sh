@@ -5,9 +5,12 @@
 #   1. test_cuda_ops (every group), test_cuda_graph, greedy ids of glm53-tiny and its FP8 copy with the prefill
 #      switches off and on (must be equal), the fixtures and cache specs on CUDA with F32 activations;
 #   2. the flash slice (scripts/make_bench_model.py --gpu --layers flash --mtp, kept in /tmp/flash on a warm
-#      machine): decode at context 2048, prefill of 8192 tokens one shot and in chunks of 2048 (switches on), one
-#      shot with them off, and 32768 one shot (PREFILL_32K=0 skips it), each with its per-kernel table;
-#   3. bench_grouped (kernels/cuda/bench/grouped.cu): the wgmma tile whole and with one stage left out at a time.
+#      machine): decode at context 2048, prefill of 8192 tokens one shot and in chunks of 2048 and 512 (switches
+#      on), one shot with them off, 2048 one shot and in chunks of 512, and 32768 one shot (PREFILL_32K=0 skips
+#      it), each with its per-kernel table; then AB="name:VAR=v,VAR=v ..." runs the 8192 one shot once more per
+#      entry with those variables set (an A/B of a switch in the same call);
+#   3. bench_grouped (kernels/cuda/bench/grouped.cu): the wgmma tile whole and with one stage left out at a time;
+#   4. NCU="regex ...": Nsight Compute on the first launch of each matching kernel in a 2048-token prefill.
 # Run there from the project root, carrying .h200 (PACK=.h200/main.txz tests/cuda/h200/pack.sh) and .debs (see
 # decode_ab.sh for the busted packages). About 200 s on an H100 with the flash slice to make.
 set -u
@@ -38,15 +41,29 @@ echo "[$(( $(date +%s) - t0 )) s] F32 fixtures+cache rc=$?: ok $(grep -cE '^ok' 
 [ -d /tmp/flash ] || timeout 300 python3 scripts/make_bench_model.py --gpu --layers flash --mtp --out /tmp/flash > $o/make_flash.log 2>&1
 timeout 60 /tmp/hb/profile_step /tmp/flash --context 2048 --batch 1 --steps 20 > $o/decode_2048.txt 2>&1
 echo "decode 2048: $(grep 'decode step' $o/decode_2048.txt)" >> $sum
-timeout 120 /tmp/hb/profile_step /tmp/flash --prefill 8192 --chunks 8192,2048 --steps 2 > $o/prefill_8192_on.txt 2>&1
+timeout 150 /tmp/hb/profile_step /tmp/flash --prefill 8192 --chunks 8192,2048,512 --steps 2 > $o/prefill_8192_on.txt 2>&1
 env $off timeout 90 /tmp/hb/profile_step /tmp/flash --prefill 8192 --steps 2 > $o/prefill_8192_off.txt 2>&1
+timeout 90 /tmp/hb/profile_step /tmp/flash --prefill 2048 --chunks 2048,512 --steps 3 > $o/prefill_2048_on.txt 2>&1
+for v in ${AB:-}; do
+  env $(echo ${v#*:} | tr , ' ') timeout 90 /tmp/hb/profile_step /tmp/flash --prefill 8192 --steps 2 \
+    > $o/prefill_8192_ab_${v%%:*}.txt 2>&1
+done
 [ "${PREFILL_32K:-1}" = 1 ] && timeout 150 /tmp/hb/profile_step /tmp/flash --prefill 32768 --steps 1 > $o/prefill_32768.txt 2>&1
 timeout 120 /tmp/hb/bench_grouped > $o/bench_grouped.txt 2>&1; echo "bench_grouped rc=$?" >> $sum
+# NCU="regex ..." profiles the first launch of each kernel whose name matches, in a prefill of NCU_TOKENS (2048) (Nsight
+# Compute, full set, clocks as they run); the whole report goes into all.tgz, its headline metrics into the summary
+for k in ${NCU:-}; do
+  timeout 120 ncu --clock-control none --set full -k regex:$k -c 1 /tmp/hb/profile_step /tmp/flash --prefill ${NCU_TOKENS:-2048} \
+    --steps 1 > $o/ncu_$k.txt 2>&1
+  echo "ncu $k:" >> $sum
+  grep -E "^  [a-z_]+.*\(|Duration|Compute \(SM\) Throughput|Memory Throughput|Registers Per Thread|Achieved Occupancy|Issue Slots Busy|No Eligible|Dynamic Shared Memory Per Block" \
+    $o/ncu_$k.txt | head -12 >> $sum
+done
 echo "[$(( $(date +%s) - t0 )) s] done" >> $sum
-tar czf $R/all.tgz -C $o .
+tar czf $R/all.tgz -C $o . && echo "outputs: $R/all.tgz, $(du -k $R/all.tgz | cut -f1) KB" >> $sum
 cat $sum
-grep -h "^prefill" $o/prefill_*.txt
-for f in $o/prefill_8192_on.txt $o/prefill_8192_off.txt $o/prefill_32768.txt; do
-  [ -f $f ] && { echo "== $(basename $f)"; sed -n '/^per kernel/,/^total/p' $f | head -14; }
+for f in $o/prefill_*.txt; do echo "$(basename $f .txt): $(grep -h '^prefill' $f | tr '\n' ';')"; done
+for f in $o/prefill_8192_on.txt $o/prefill_32768.txt $o/prefill_8192_ab_*.txt; do
+  [ -f $f ] && { echo "== $(basename $f)"; sed -n '/^per kernel/,/^total/p' $f | head -${TABLE_ROWS:-14}; }
 done
 cat $o/bench_grouped.txt
