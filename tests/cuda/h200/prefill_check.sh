@@ -50,14 +50,16 @@ for v in ${AB:-}; do
 done
 [ "${PREFILL_32K:-1}" = 1 ] && timeout 150 /tmp/hb/profile_step /tmp/flash --prefill 32768 --steps 1 > $o/prefill_32768.txt 2>&1
 timeout 120 /tmp/hb/bench_grouped > $o/bench_grouped.txt 2>&1; echo "bench_grouped rc=$?" >> $sum
-# NCU="regex ..." profiles the first launch of each kernel whose name matches, in a prefill of NCU_TOKENS (2048) (Nsight
-# Compute, full set, clocks as they run); the whole report goes into all.tgz, its headline metrics into the summary
+# NCU="regex ..." profiles the first launch of each kernel whose name matches, in a prefill of NCU_TOKENS (default
+# 2048) tokens (Nsight Compute, full set, clocks as they run); the report goes into all.tgz, its headline metrics
+# into the summary
 for k in ${NCU:-}; do
-  timeout 120 ncu --clock-control none --set full -k regex:$k -c 1 /tmp/hb/profile_step /tmp/flash --prefill ${NCU_TOKENS:-2048} \
-    --steps 1 > $o/ncu_$k.txt 2>&1
+  timeout 120 ncu --clock-control none --set full -k regex:$k -c 1 \
+    /tmp/hb/profile_step /tmp/flash --prefill ${NCU_TOKENS:-2048} --steps 1 > $o/ncu_$k.txt 2>&1
   echo "ncu $k:" >> $sum
-  grep -E "^  [a-z_]+.*\(|Duration|Compute \(SM\) Throughput|Memory Throughput|Registers Per Thread|Achieved Occupancy|Issue Slots Busy|No Eligible|Dynamic Shared Memory Per Block" \
-    $o/ncu_$k.txt | head -12 >> $sum
+  headline="^  [a-z_]+.*\(|Duration|Compute \(SM\) Throughput|Memory Throughput|Registers Per Thread"
+  headline="$headline|Achieved Occupancy|Issue Slots Busy|No Eligible|Dynamic Shared Memory Per Block"
+  grep -E "$headline" $o/ncu_$k.txt | head -12 >> $sum
 done
 echo "[$(( $(date +%s) - t0 )) s] done" >> $sum
 tar czf $R/all.tgz -C $o . && echo "outputs: $R/all.tgz, $(du -k $R/all.tgz | cut -f1) KB" >> $sum
