@@ -275,18 +275,6 @@ static void recurrence_f64(const kda_seq *s, double *o, double *states) {
     free(S), free(u);
 }
 
-/* max|got - ref| / max|ref| over n values */
-static double rel_err_f32(const float *got, const float *ref, int64_t n) {
-    double maxd = 0, maxr = 0;
-    for (int64_t i = 0; i < n; i++) {
-        if (got[i] != got[i]) return INFINITY;
-        double d = fabs((double)got[i] - ref[i]);
-        if (d > maxd) maxd = d;
-        if (fabs((double)ref[i]) > maxr) maxr = fabs((double)ref[i]);
-    }
-    return maxr > 0 ? maxd / maxr : maxd;
-}
-
 /* ------------------------------------------------------------------------------------------------------------
  * Cases
  */
@@ -368,11 +356,11 @@ static void run_case(int64_t T, int64_t H, int64_t dk, int64_t dv, gate_kind gat
     recurrence_f64(&seq, o_f64, st_f64);
 
     /* errors: o over every row and head; states over every slot written */
-    double e_o = rel_err_f32(o_model, o_cpu, rows * dv), e_o64 = test_rel_err_f32_f64(o_model, o_f64, rows * dv);
+    double e_o = test_rel_err_f32(o_model, o_cpu, rows * dv), e_o64 = test_rel_err_f32_f64(o_model, o_f64, rows * dv);
     double e_cpu64 = test_rel_err_f32_f64(o_cpu, o_f64, rows * dv), e_s = 0, e_s64 = 0;
     for (int32_t sl = 0; sl < next_slot; sl++) {
         const int64_t at = sl * slot_size;
-        double a = rel_err_f32(st_model + at, st_cpu + at, slot_size);
+        double a = test_rel_err_f32(st_model + at, st_cpu + at, slot_size);
         double b = test_rel_err_f32_f64(st_model + at, st_f64 + at, slot_size);
         e_s = a > e_s ? a : e_s, e_s64 = b > e_s64 ? b : e_s64;
     }

@@ -92,17 +92,6 @@ static void drop(glm53_backend *be, glm53_tensor *t) {
     free(t);
 }
 
-static double rel_err(const float *got, const float *ref, int64_t n) {
-    double maxd = 0, maxr = 0;
-    for (int64_t i = 0; i < n; i++) {
-        if (got[i] != got[i]) return INFINITY;
-        double d = fabs((double)got[i] - ref[i]);
-        if (d > maxd) maxd = d;
-        if (fabs(ref[i]) > maxr) maxr = fabs(ref[i]);
-    }
-    return maxr > 0 ? maxd / maxr : maxd;
-}
-
 static float *randn(int64_t n, bool bf16) {
     float *v = malloc((size_t)n * sizeof *v);
     for (int64_t i = 0; i < n; i++) v[i] = bf16 ? glm53_round_bf16(test_normal()) : test_normal();
@@ -129,7 +118,8 @@ static void check_rope(int64_t M, int64_t H, int64_t d, int dtype, bool in_place
         record("rope_2d", shape, bf16 ? "bf16" : "f32", INFINITY, 0, glm53_last_error());
     } else {
         float *ref = get(cpu, cy), *got = get(gpu, in_place ? gx : gy);
-        record("rope_2d", shape, bf16 ? "bf16" : "f32", rel_err(got, ref, M * H * d), bf16 ? 1e-2 : 1e-5, NULL);
+        record("rope_2d", shape, bf16 ? "bf16" : "f32", test_rel_err_f32(got, ref, M * H * d), bf16 ? 1e-2 : 1e-5,
+               NULL);
         free(ref);
         free(got);
     }
@@ -163,8 +153,8 @@ static void check_attention(const int32_t *lens, int n_seg, int64_t H, int64_t d
         record("attention_segments", shape, bf16 ? "bf16" : "f32", INFINITY, 0, glm53_last_error());
     } else {
         float *ref = get(cpu, co), *got = get(gpu, go);
-        record("attention_segments", shape, bf16 ? "bf16" : "f32", rel_err(got, ref, M * H * d), bf16 ? 1e-2 : 1e-5,
-               NULL);
+        record("attention_segments", shape, bf16 ? "bf16" : "f32", test_rel_err_f32(got, ref, M * H * d),
+               bf16 ? 1e-2 : 1e-5, NULL);
         free(ref);
         free(got);
     }
