@@ -364,15 +364,23 @@ UPPER = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 RETRIEVAL_LINES = ["The code of {k} is {v}.", "The code for {k} is {v}.", "Code of {k}: {v}."]
 
 
-def retrieval_train_length(rng):
-    """Context length in tokens for a training item: a dense curriculum below index_topk, then up to 4096."""
-    lo, hi = rng.choices([(48, 256), (256, 1024), (1024, 2048), (2048, 4096)], weights=[4, 3, 2, 1])[0]
+RETRIEVAL_TRAIN_RANGES = [(48, 256), (256, 1024), (1024, 2048), (2048, 4096)]
+
+
+def retrieval_train_length(rng, max_tokens=None):
+    """Context length in tokens for a training item: a dense curriculum below index_topk, then up to 4096.
+    max_tokens (train.py --retrieval-max-tokens, for experiments) keeps the ranges that start below it, cut at it."""
+    ranges, weights = RETRIEVAL_TRAIN_RANGES, [4, 3, 2, 1]
+    if max_tokens is not None:
+        keep = [i for i, (lo, _) in enumerate(ranges) if lo < max_tokens]
+        ranges, weights = [(ranges[i][0], min(ranges[i][1], max_tokens)) for i in keep], [weights[i] for i in keep]
+    lo, hi = rng.choices(ranges, weights=weights)[0]
     return rng.randint(lo, hi)
 
 
-def gen_retrieval(rng, split="train", tokens=None, drills=True):
+def gen_retrieval(rng, split="train", tokens=None, drills=True, max_tokens=None):
     if tokens is None:
-        tokens = retrieval_train_length(rng) if split == "train" else rng.choice(RETRIEVAL_HELDOUT_LENGTHS)
+        tokens = retrieval_train_length(rng, max_tokens) if split == "train" else rng.choice(RETRIEVAL_HELDOUT_LENGTHS)
     n = max(3, int((tokens - RETRIEVAL_OVERHEAD_TOKENS) / RETRIEVAL_TOKENS_PER_LINE))
     keys = set()
     while len(keys) < n:

@@ -7,6 +7,9 @@
 #   check            make_fp8 + check_hf --eval-n 50 on models/glm53-tiny (already in the work tree)
 #   continue [MIN]   more training from models/glm53-tiny (in the work tree; new optimiser, lr 1e-3), default 8.5
 #   finish [MIN]     continue [MIN], pack the model at once, then check it (stopped 20 s before a 600 s call ends)
+#   ab [MINUTES]     two training runs side by side on the one GPU (default 6 minutes each, 7 data workers each):
+#                    train.py with ARGS_A and with ARGS_B (environment), into training/runs/ab_a and ab_b; their logs,
+#                    curves and exported models come back (an experiment, e.g. a curriculum against a control)
 #
 # TRAIN_ARGS (environment) adds train.py options to continue and finish, e.g. TRAIN_ARGS="--family-scale retrieval=2".
 # Results come back through $OUT as bundle.tgz.part-* (at most 15 MiB each; the device returns at most 8 files of
@@ -111,8 +114,23 @@ case "$mode" in
     note "overall exit $status"
     exit $status
     ;;
+  ab)
+    for arm in a b; do
+      [ $arm = a ] && args=${ARGS_A:-} || args=${ARGS_B:-}
+      # shellcheck disable=SC2086  # ARGS_A, ARGS_B: train.py options, word-split on purpose
+      run "arm $arm" python3 training/train.py --run training/runs/ab_$arm --export-dir training/runs/ab_$arm/export \
+          --minutes "${2:-6}" --workers 7 $args > "$out/ab_$arm.log" 2>&1 &
+    done
+    wait
+    for arm in a b; do
+      copy_run "$root/training/runs/ab_$arm"
+      [ -f training/runs/ab_$arm/export/model.safetensors ] && cp -r training/runs/ab_$arm/export "$stage/models_ab_$arm"
+      grep -E "\] (plan: [0-9]|val:|summary|FAILED)" "$out/ab_$arm.log" | sed "s/^/arm $arm: /"
+      grep -E "\] step " "$out/ab_$arm.log" | awk 'NR % 4 == 1' | cut -c1-170 | sed "s/^/arm $arm: /"
+    done
+    ;;
   *)
-    echo "usage: training/h200.sh smoke | all [MINUTES] | train [MINUTES] | check | continue [MINUTES] | finish [MINUTES]" >&2
+    echo "usage: training/h200.sh smoke | all [MINUTES] | train [MINUTES] | check | continue [MINUTES] | finish [MINUTES] | ab [MINUTES]" >&2
     exit 2
     ;;
 esac

@@ -69,7 +69,7 @@ def build_chunk(job):
     render = _renderer(job["renderer"])
     items, texts = [], []
     for i in range(job["start"], job["start"] + job["count"]):
-        opts = {}
+        opts = dict(job.get("train_opts") or {}) if split == "train" else {}
         if fam == "retrieval" and split == "heldout":
             opts["tokens"] = D.RETRIEVAL_HELDOUT_LENGTHS[i % len(D.RETRIEVAL_HELDOUT_LENGTHS)]
         it = D.make_item(fam, split, i, job["seed"], **opts)
@@ -134,11 +134,13 @@ def _sources_hash(paths):
     return h.hexdigest()[:16]
 
 
-def cache_key(counts, val_counts, seed, tokenizer, renderer, image_tokens, max_len):
+def cache_key(counts, val_counts, seed, tokenizer, renderer, image_tokens, max_len, train_opts=None):
     src = [os.path.join(HERE, f) for f in ("data.py", "chat.py", "prep.py", "chat_template.jinja")] + [tokenizer]
-    return hashlib.sha256(json.dumps(dict(counts=counts, val=val_counts, seed=seed, renderer=renderer,
-                                          image_tokens=image_tokens, max_len=max_len, src=_sources_hash(src)),
-                                     sort_keys=True).encode()).hexdigest()[:20]
+    fields = dict(counts=counts, val=val_counts, seed=seed, renderer=renderer, image_tokens=image_tokens,
+                  max_len=max_len, src=_sources_hash(src))
+    if train_opts:  # only when given, so the keys of earlier runs' caches stay what they were
+        fields["train_opts"] = train_opts
+    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:20]
 
 
 def _assemble(results, np):
@@ -161,11 +163,12 @@ def _assemble(results, np):
 
 
 def prepare(run_dir, counts, val_counts, seed, tokenizer, renderer, image_token, image_tokens, max_len, workers,
-            log=print):
-    """-> dict(train=..., val=...) of the arrays described in _assemble, from the cache when it matches."""
+            log=print, train_opts=None):
+    """-> dict(train=..., val=...) of the arrays described in _assemble, from the cache when it matches.
+    train_opts: {family: {generator option: value}} for the training split (held-out items never change)."""
     import numpy as np
 
-    key = cache_key(counts, val_counts, seed, tokenizer, renderer, image_tokens, max_len)
+    key = cache_key(counts, val_counts, seed, tokenizer, renderer, image_tokens, max_len, train_opts)
     ddir = os.path.join(run_dir, "data")
     stamp = os.path.join(ddir, "key.txt")
     if os.path.exists(stamp) and open(stamp).read().strip() == key:
@@ -181,7 +184,8 @@ def prepare(run_dir, counts, val_counts, seed, tokenizer, renderer, image_token,
             for start in range(0, cnt[fam], CHUNK):
                 jobs.append(dict(family=fam, split=split, start=start, count=min(CHUNK, cnt[fam] - start), seed=seed,
                                  tokenizer=tokenizer, renderer=renderer, image_token=image_token,
-                                 image_tokens=image_tokens, max_len=max_len))
+                                 image_tokens=image_tokens, max_len=max_len,
+                                 train_opts=(train_opts or {}).get(fam)))
     jobs.sort(key=lambda j: -j["count"] * (30 if j["family"] == "retrieval" else 1))  # long jobs first
     t0 = time.time()
     ctx = multiprocessing.get_context("spawn")

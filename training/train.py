@@ -71,6 +71,8 @@ def parse_args(argv=None):
     ap.add_argument("--family-scale", type=parse_family_scale, default={},
                     help="per-family factors on top of --data-scale, e.g. retrieval=3,arith=0.1 (the data mix)")
     ap.add_argument("--workers", type=int, default=max(1, min(15, (os.cpu_count() or 2) - 1)))
+    ap.add_argument("--retrieval-max-tokens", type=int, help="training retrieval contexts at most this long "
+                    "(an experiment's curriculum; held-out items unchanged)")
     ap.add_argument("--step-tokens", type=int, help="padded tokens per step (default 65536; smoke 8192)")
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--min-lr-frac", type=float, default=0.1)
@@ -306,7 +308,9 @@ class Trainer:
         counts = item_counts(a.size, a.data_scale, a.family_scale)
         out = prep.prepare(a.run, counts, prep.VAL_COUNTS if a.size == "full" else
                            {k: max(4, v // 8) for k, v in prep.VAL_COUNTS.items()},
-                           a.data_seed, mc.TOKENIZER_JSON, self.renderer, img_tok, n_img, MAX_LEN, a.workers, self.log)
+                           a.data_seed, mc.TOKENIZER_JSON, self.renderer, img_tok, n_img, MAX_LEN, a.workers, self.log,
+                           train_opts={"retrieval": {"max_tokens": a.retrieval_max_tokens}}
+                           if a.retrieval_max_tokens else None)
         self.train_ds, self.val_ds = out["train"], out["val"]
         for name, ds in (("train", self.train_ds), ("val", self.val_ds)):
             desc = prep.describe(ds)
