@@ -87,7 +87,7 @@ glm53_status cuda_smem_optin(cuda_backend *cb, const void *kernel, size_t bytes,
 static const bool CUDA_DEFAULT_GEMV_STREAM = true, CUDA_DEFAULT_PDL = true, CUDA_DEFAULT_KDA_SEQUENCES = true,
                   CUDA_DEFAULT_GROUPED_EXPERTS = true, CUDA_DEFAULT_MHC_SITE = true,
                   CUDA_DEFAULT_FP8_OCCUPANCY = false, CUDA_DEFAULT_GROUPED_WGMMA = true,
-                  CUDA_DEFAULT_KDA_CHUNKED = true;
+                  CUDA_DEFAULT_KDA_CHUNKED = true, CUDA_DEFAULT_GROUPED_FOLDED = true, CUDA_DEFAULT_KPOOL_MMA = true;
 static const int64_t CUDA_DEFAULT_KDA_CHUNK_PIECE = 4096;   /* chunk-heads of scratch a piece (kda.cu) */
 
 glm53_status cuda_blocks_per_sm(cuda_backend *cb, const void *kernel, int threads, size_t smem, int *blocks) {
@@ -697,6 +697,8 @@ static glm53_status cuda_backend_init(cuda_backend *cb, int32_t ordinal) {
     cb->mhc_site = switched_on("GLM53_CUDA_MHC_SITE", CUDA_DEFAULT_MHC_SITE);
     cb->fp8_occupancy = switched_on("GLM53_CUDA_FP8_OCCUPANCY", CUDA_DEFAULT_FP8_OCCUPANCY);
     cb->kda_chunked = switched_on("GLM53_CUDA_KDA_CHUNKED", CUDA_DEFAULT_KDA_CHUNKED);
+    cb->grouped_folded = switched_on("GLM53_CUDA_GROUPED_FOLDED", CUDA_DEFAULT_GROUPED_FOLDED);
+    cb->kpool_mma = switched_on("GLM53_CUDA_KPOOL_MMA", CUDA_DEFAULT_KPOOL_MMA);
     const char *piece = getenv("GLM53_CUDA_KDA_CHUNK_PIECE");   /* a size, not a switch: tests make pieces small */
     cb->kda_chunk_piece = piece && atoll(piece) > 0 ? atoll(piece) : CUDA_DEFAULT_KDA_CHUNK_PIECE;
 

@@ -1,8 +1,8 @@
 /*
  * gemm_wgmma.cuh - the grouped prefill experts' matmul on Hopper's warpgroup MMA (wgmma, sm_90a): a block tile of
- * 128 activation rows times 128 weight rows, K in steps of 64, FP8 E4M3 weights with 128 x 128 block scales.
- * Private to the CUDA backend; moe.cu's grouped experts use it where every expert fits (gemm_wgmma_weight_fits), and
- * gemm_mma.cuh's mma.sync tile elsewhere.
+ * 128 (or 64) activation rows times 128 weight rows, K in steps of 64, FP8 E4M3 weights with 128 x 128 block
+ * scales. Private to the CUDA backend; moe.cu's grouped experts use it where every expert fits
+ * (gemm_wgmma_weight_fits), and gemm_mma.cuh's mma.sync tile elsewhere.
  *
  * Why: gemm_mma.cuh's tile (64 x 128, mma.sync, each FP8 code converted in registers by both warps that read it)
  * ran the grouped experts of an 8,192-token prefill at about 85 TFLOP/s on the H100 (0.11 of the BF16 floor), and
@@ -10,29 +10,50 @@
  * wgmma reads both operands from shared memory itself (no fragment loads), runs asynchronously while the threads
  * stage the next step, and its m64n128k16 shape does 64 times the work of an m16n8k16 per instruction. Measured
  * (H100, 2026-12-07): gate + up of that prefill 127.3 -> 51.2 ms, down 62.2 -> 27.7 ms, about 215 TFLOP/s, with
- * one block of 8 warps a multiprocessor (193 registers) and a third of the issue slots busy (Nsight Compute): the
- * next step is a producer warpgroup (copies and conversion) beside two consumer warpgroups, out of lockstep.
+ * one block of 8 warps a multiprocessor (193 registers) and a third of the issue slots busy (Nsight Compute).
  *
- * Block: 256 threads, two warpgroups; warpgroup w computes tile rows 64 w .. 64 w + 63 against all 128 weight rows
- * (wgmma m64n128k16, BF16 x BF16 -> F32, both operands from shared memory). Per K step of 64:
- *   - cp.async brings x [128 rows][64] BF16 (gathered rows: row r of the tile is x + x_row[r] * ldx; a negative
+ * Three forms of the block (gemm_wgmma_block<SKIP, FOLDED, BM>; gemm_wg_shape gives each one's threads, stages
+ * and shared memory):
+ *   - promoted (FOLDED false, BM 128; GLM53_CUDA_GROUPED_FOLDED=0): 256 threads, 4 stages (129 KB), one block a
+ *     multiprocessor. The codes are converted to BF16 exactly; every 128 k-values (one scale block) the warpgroup
+ *     waits for its MMAs and adds the block's F32 sums times the block scale of each weight half into running sums
+ *     (the scale "promotion" of DeepSeek-style FP8 GEMMs). That drain is 0.71 ms of the 3.73 ms bench_grouped
+ *     measures for a 4,096-row chunk's gate + up (H100), and the second array of 64 sums takes the registers
+ *     (193) that keep the block alone on its multiprocessor, so nothing covers its waits.
+ *   - folded (FOLDED true, BM 128; the default): the conversion multiplies each code by its rows' block scale of
+ *     the step's k-block and rounds to BF16 (the dequantised weight of linear.cu's cuBLAS fallback, bit for bit),
+ *     so the wgmma accumulates straight through all of K: no wait and no promotion per 128 k-values, no second
+ *     array of sums. 3 stages (105 KB) and at most 128 registers (__launch_bounds__(256, 2)): two blocks share a
+ *     multiprocessor and each runs while the other waits at a barrier.
+ *   - folded 64 (FOLDED true, BM 64): one warpgroup of 128 threads computes 64 rows; 3 stages, 81 KB, two blocks a
+ *     multiprocessor. For chunks whose experts hold few rows each (a chunked prefill of 2,048 tokens gives about
+ *     57 rows an expert at 288 experts, top 8), where a 128-row tile would be half empty (moe.cu chooses).
+ *
+ * Block: BM / 64 warpgroups; warpgroup w computes tile rows 64 w .. 64 w + 63 against all 128 weight rows (wgmma
+ * m64n128k16, BF16 x BF16 -> F32, both operands from shared memory). Per K step of 64:
+ *   - cp.async brings x [BM rows][64] BF16 (gathered rows: row r of the tile is x + x_row[r] * ldx; a negative
  *     x_row zero-fills) and the weights' codes [128 rows][64] FP8 into stage s % STAGES, STAGES - 1 steps ahead;
- *   - each thread converts the codes it copied (two 16-byte pieces) to BF16, exactly (every E4M3 value is a BF16
- *     value; gemm_wg_fp8x4_to_bf16x4), into the converted buffer of the step (two, alternating);
+ *   - each thread converts the codes it copied (512 / threads 16-byte pieces) to BF16 into the converted buffer of
+ *     the step (two, alternating): exactly (every E4M3 value is a BF16 value; gemm_wg_fp8x4_to_bf16x4), or, folded,
+ *     times the block scale and rounded (gemm_wg_dequantize_piece);
  *   - x and the converted weights sit in the 128-byte swizzled K-major layout wgmma reads without bank conflicts
  *     (16-byte piece c of row r at r * 128 + ((c ^ (r % 8)) * 16), 1024-byte aligned tiles);
  *   - the four k16 MMAs of the step are issued; they run while the threads wait for and convert the next step.
- * Every 128 k-values (one scale block) the warpgroup waits for its MMAs and adds the block's F32 sums times the
- * block scale of each weight half into the running sums (the scale "promotion" of DeepSeek-style FP8 GEMMs).
- * Two barriers a step: one before a stage is refilled (both warpgroups are past the MMAs that read it), one before
+ * Two barriers a step: one before a stage is refilled (every warpgroup is past the MMAs that read it), one before
  * the next step's MMAs (every thread's copies and conversions are visible; fence.proxy.async makes the generic
  * proxy's shared-memory writes visible to the MMA's async proxy).
  *
- * Precision contract: products of BF16 x and the exact weight values summed in F32 by the tensor cores over a scale
- * block of 128 k-values (the order within it is the hardware's), times the block scale, blocks added in K order, F32
- * to the caller's epilogue. A row's result depends only on that x row and the weights (a wgmma row sees no
- * other row): batch invariant within this path, the same as gemm_mma.cuh's up to F32 rounding, not in bits.
- * Needs K % 128 == 0, weight halves starting at multiples of 64 rows, 128 x 128 scale blocks, 16-byte aligned rows.
+ * Precision contracts. Promoted: products of BF16 x and the exact weight values summed in F32 by the tensor cores
+ * over a scale block of 128 k-values (the order within it is the hardware's), times the block scale, blocks added
+ * in K order, F32 to the caller's epilogue. Folded (either BM): each weight is round-to-nearest-even BF16 of (code
+ * value x block scale) in F32, the bits linear.cu's dequantise gives the cuBLAS fallback ("dequantise to BF16, then
+ * a BF16 GEMM with F32 accumulation"); products with BF16 x summed in F32 by the tensor cores over all of K (the
+ * hardware's order), F32 to the epilogue. The 128- and 64-row forms issue the same MMAs for a row in the same
+ * order, so they give a row the same bits. Either way a row's result depends only on that x row and the weights (a
+ * wgmma row sees no other row): batch invariant within a form, the same as gemm_mma.cuh's and the other form's up
+ * to rounding (F32 sums; folded: each weight's BF16 rounding, a relative 2^-9 at most), not in bits.
+ * Needs K % 128 == 0, weight halves starting at multiples of 64 rows (so a half's rows share one scale-block row),
+ * 128 x 128 scale blocks, 16-byte aligned rows.
  */
 #ifndef GLM53_CUDA_GEMM_WGMMA_CUH
 #define GLM53_CUDA_GEMM_WGMMA_CUH
@@ -40,22 +61,33 @@
 #include "kernels/cuda/gemm_mma.cuh"   /* gemm_mma_tile */
 
 enum {
-    GEMM_WG_THREADS = 256,
-    GEMM_WG_BM = 128,            /* activation rows of a block tile: two warpgroups of 64 */
+    GEMM_WG_THREADS = 256,       /* the promoted and folded 128-row forms */
+    GEMM_WG_BM = 128,            /* activation rows of a block tile: two warpgroups of 64 (the folded 64: one) */
     GEMM_WG_BN = 128,            /* weight rows: two halves of 64 (gemm_mma_tile's w[0], w[1]) */
     GEMM_WG_BK = 64,             /* k-values per step: one 128-byte swizzled row of BF16 */
-    GEMM_WG_STAGES = 4,          /* cp.async stages of x and codes */
+    GEMM_WG_STAGES = 4,          /* cp.async stages of x and codes (promoted; folded: 3) */
     GEMM_WG_C_LD = 128 + 4,      /* result row, floats */
 };
 
 constexpr size_t GEMM_WG_X_BYTES = (size_t)GEMM_WG_BM * GEMM_WG_BK * 2;    /* 16 KB: x [128][64] BF16, swizzled */
 constexpr size_t GEMM_WG_WB_BYTES = (size_t)GEMM_WG_BN * GEMM_WG_BK * 2;   /* 16 KB: weights [128][64] BF16, swizzled */
 constexpr size_t GEMM_WG_W8_BYTES = (size_t)GEMM_WG_BN * GEMM_WG_BK;       /* 8 KB: codes [128][64] as copied */
-/* Dynamic shared memory: x stages, two converted buffers, code stages, and 1024 bytes to align the base. The result
- * tile [128][C_LD] F32 (66 KB) reuses the front. */
-constexpr size_t GEMM_WG_SMEM =
-    GEMM_WG_STAGES * (GEMM_WG_X_BYTES + GEMM_WG_W8_BYTES) + 2 * GEMM_WG_WB_BYTES + 1024;
-static_assert((size_t)GEMM_WG_BM * GEMM_WG_C_LD * 4 <= GEMM_WG_SMEM - 1024, "the result tile reuses the stages");
+
+/* A form of gemm_wgmma_block: threads (a warpgroup of 128 a 64 rows), stages, the 16-byte pieces of codes a thread
+ * copies and converts a step, and dynamic shared memory: x stages [BM][64] BF16, two converted buffers, code stages,
+ * and 1024 bytes to align the base. The result tile [BM][C_LD] F32 reuses the front. Promoted: 129 KB; folded:
+ * 105 KB; folded 64: 81 KB. */
+template <bool FOLDED, int BM>
+struct gemm_wg_shape {
+    static_assert(BM == GEMM_WG_BM || (BM == 64 && FOLDED), "the 64-row tile is folded");
+    static constexpr int THREADS = 2 * BM;
+    static constexpr int STAGES = FOLDED ? 3 : GEMM_WG_STAGES;
+    static constexpr int PIECES = GEMM_WG_BN * GEMM_WG_BK / 16 / THREADS;   /* 2, or 4 at 64 rows */
+    static constexpr size_t X_BYTES = (size_t)BM * GEMM_WG_BK * 2;
+    static constexpr size_t SMEM = STAGES * (X_BYTES + GEMM_WG_W8_BYTES) + 2 * GEMM_WG_WB_BYTES + 1024;
+    static_assert((size_t)BM * GEMM_WG_C_LD * 4 <= SMEM - 1024, "the result tile reuses the stages");
+};
+constexpr size_t GEMM_WG_SMEM = gemm_wg_shape<false, GEMM_WG_BM>::SMEM;   /* the promoted form's */
 
 /* Whether gemm_wgmma_block takes weight w with K columns (moe.cu checks every expert's three). */
 static inline bool gemm_wgmma_weight_fits(const weight_ref &w, int64_t K) {
@@ -139,12 +171,33 @@ __device__ inline void gemm_wg_convert_piece(uint8_t *buffer, const uint8_t *cod
     *reinterpret_cast<uint4 *>(buffer + gemm_wg_swizzle(r, 2 * c + 1)) = make_uint4(o[4], o[5], o[6], o[7]);
 }
 
+
+/* Piece i of a step's codes, as gemm_wg_convert_piece places it, each code dequantised with its rows' block scale:
+ * the code's exact value (E4M3 -> F16 pairs -> F32) times `scale` in F32, rounded to nearest even BF16 by
+ * cuda_float8_to_bf16x8 -- linear.cu's dequantize_fp8x16_kernel computes cuda_fp8_e4m3_to_float(code) * scale and
+ * rounds with the same function, so the converted buffer holds the bits of the cuBLAS fallback's dequantised
+ * weight. (The pairwise conversion gives cuda_fp8_e4m3_to_float's values with half the conversions.) */
+__device__ inline void gemm_wg_dequantize_piece(uint8_t *buffer, const uint8_t *codes, int i, float scale) {
+    const int r = i / 4, c = i % 4;
+    const uint4 v = *reinterpret_cast<const uint4 *>(codes + i * 16);
+    const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+    float value[2][8];   /* codes 0-7, 8-15 of the piece: the row's BF16 pieces 2 c and 2 c + 1 */
+#pragma unroll
+    for (int p = 0; p < 8; p++) {   /* codes 2 p, 2 p + 1 */
+        const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(words[p / 2] >> (16 * (p % 2))), __NV_E4M3);
+        value[p / 4][2 * (p % 4)] = __fmul_rn(__half2float(__ushort_as_half(h.x)), scale);
+        value[p / 4][2 * (p % 4) + 1] = __fmul_rn(__half2float(__ushort_as_half(h.y)), scale);
+    }
+    *reinterpret_cast<uint4 *>(buffer + gemm_wg_swizzle(r, 2 * c)) = cuda_float8_to_bf16x8(value[0]);
+    *reinterpret_cast<uint4 *>(buffer + gemm_wg_swizzle(r, 2 * c + 1)) = cuda_float8_to_bf16x8(value[1]);
+}
+
 /* The block scales of weight half j's rows, one per k-block (NULL: the half lies wholly past its end). */
 __device__ inline const float *gemm_wg_half_scales(const gemm_mma_tile &t, int j) {
     return t.n[j] < t.end[j] ? t.w[j].scale + (t.n[j] / 128) * t.w[j].scale_stride : nullptr;
 }
 
-/* A warpgroup's running sums into the result tile [128][GEMM_WG_C_LD]: its warp `warp` (0-3) holds tile rows
+/* A warpgroup's sums into the result tile [BM][GEMM_WG_C_LD]: its warp `warp` (0-3) holds tile rows
  * row_base + 16 warp .. (the C fragment layout of gemm_wg_mma). */
 __device__ inline void gemm_wg_store_sums(float *c, const float (&sum)[64], int row_base, int warp, int lane) {
     const int g = lane / 4, q = lane % 4, row0 = row_base + warp * 16 + g;
@@ -160,32 +213,35 @@ enum {
     GEMM_WG_SKIP_W_COPY = 2,     /* no cp.async of the codes */
     GEMM_WG_SKIP_CONVERT = 4,    /* no conversion of the codes (the buffers keep what they held) */
     GEMM_WG_SKIP_MMA = 8,        /* no wgmma */
-    GEMM_WG_SKIP_PROMOTE = 16,   /* no wait for a k-block's MMAs and no promotion */
+    GEMM_WG_SKIP_PROMOTE = 16,   /* no wait for a k-block's MMAs and no promotion (the promoted form's) */
 };
 
 /* The block tile: c[r][col] = x row r . weight row col (col < 64: w[0] row n[0] + col, else w[1] row n[1] + col -
- * 64), F32, left in `smem` as [128][GEMM_WG_C_LD] and returned, valid for every thread after the final barrier.
- * x_row[j] is the x row (or -1: zeros) of tile row threadIdx.x / 8 + 32 j, whose 16-byte piece threadIdx.x % 8 of
- * every step this thread copies. Every thread of the block must call it; blockDim.x == GEMM_WG_THREADS. */
-template <int SKIP = GEMM_WG_ALL>
+ * 64), F32, left in `smem` as [BM][GEMM_WG_C_LD] and returned, valid for every thread after the final barrier.
+ * FOLDED and BM pick the form (the file's head). x_row[j] is the x row (or -1: zeros) of tile row threadIdx.x / 8 +
+ * (BM / 4) j, whose 16-byte piece threadIdx.x % 8 of every step this thread copies. Every thread of the block must
+ * call it; blockDim.x == gemm_wg_shape<FOLDED, BM>::THREADS. */
+template <int SKIP = GEMM_WG_ALL, bool FOLDED = false, int BM = GEMM_WG_BM>
 __device__ inline const float *gemm_wgmma_block(uint8_t *smem_raw, const gemm_mma_tile &t, const int64_t (&x_row)[4]) {
-    constexpr int ST = GEMM_WG_STAGES;
-    const int tid = threadIdx.x, wg = tid / 128, lane = tid & 31, warp_in_wg = (tid / 32) % 4;
+    using Shape = gemm_wg_shape<FOLDED, BM>;
+    constexpr int ST = Shape::STAGES, THREADS = Shape::THREADS, PIECES = Shape::PIECES;
+    const int tid = threadIdx.x, wg = BM == GEMM_WG_BM ? tid / 128 : 0, lane = tid & 31, warp_in_wg = (tid / 32) % 4;
     /* the 1024-byte aligned base the swizzle and the descriptors assume */
     const uint32_t raw = (uint32_t)__cvta_generic_to_shared(smem_raw);
     uint8_t *smem = smem_raw + ((1024u - (raw & 1023u)) & 1023u);
-    uint8_t *xs = smem, *wb = smem + ST * GEMM_WG_X_BYTES, *w8 = wb + 2 * GEMM_WG_WB_BYTES;
+    uint8_t *xs = smem, *wb = smem + ST * Shape::X_BYTES, *w8 = wb + 2 * GEMM_WG_WB_BYTES;
 
-    /* this thread's two 16-byte pieces of codes a step: piece i = tid + 256 j is row i / 4 (half j), bytes
-     * 16 (i % 4) .. of the step's 64; rows at or past the half's end copy nothing and read as zero */
-    const uint8_t *w_src[2];
-    bool w_ok[2];
+    /* this thread's 16-byte pieces of codes a step: piece i = tid + THREADS j is row i / 4, bytes 16 (i % 4) .. of
+     * the step's 64, in half j / (PIECES / 2) (rows 0-63 half 0); rows at or past the half's end copy nothing and
+     * read as zero */
+    const uint8_t *w_src[PIECES];
+    bool w_ok[PIECES];
 #pragma unroll
-    for (int j = 0; j < 2; j++) {
-        const int row = (tid + 256 * j) / 4;   /* half j: rows 64 j .. 64 j + 63 */
-        const int64_t n = t.n[j] + row % 64;
-        w_ok[j] = n < t.end[j];
-        w_src[j] = (const uint8_t *)t.w[j].data + (w_ok[j] ? n : 0) * t.K + 16 * (tid % 4);
+    for (int j = 0; j < PIECES; j++) {
+        const int half = j / (PIECES / 2), row = (tid + THREADS * j) / 4;
+        const int64_t n = t.n[half] + row % 64;
+        w_ok[j] = n < t.end[half];
+        w_src[j] = (const uint8_t *)t.w[half].data + (w_ok[j] ? n : 0) * t.K + 16 * (tid % 4);
     }
     const __nv_bfloat16 *x_src[4];
 #pragma unroll
@@ -193,55 +249,71 @@ __device__ inline const float *gemm_wgmma_block(uint8_t *smem_raw, const gemm_mm
 
     const auto load = [&](int step, int stage) {
         const int k0 = step * GEMM_WG_BK;
-        uint8_t *xd = xs + stage * GEMM_WG_X_BYTES;
+        uint8_t *xd = xs + stage * Shape::X_BYTES;
         if constexpr (!(SKIP & GEMM_WG_SKIP_X_COPY))
 #pragma unroll
             for (int j = 0; j < 4; j++)
-                cuda_cp_async16(xd + gemm_wg_swizzle(tid / 8 + 32 * j, tid % 8), x_src[j] + k0, x_row[j] >= 0 ? 16 : 0);
+                cuda_cp_async16(xd + gemm_wg_swizzle(tid / 8 + THREADS / 8 * j, tid % 8), x_src[j] + k0,
+                                x_row[j] >= 0 ? 16 : 0);
         uint8_t *wd = w8 + stage * GEMM_WG_W8_BYTES;
         if constexpr (!(SKIP & GEMM_WG_SKIP_W_COPY))
 #pragma unroll
-            for (int j = 0; j < 2; j++) cuda_cp_async16(wd + (tid + 256 * j) * 16, w_src[j] + k0, w_ok[j] ? 16 : 0);
+            for (int j = 0; j < PIECES; j++)
+                cuda_cp_async16(wd + (tid + THREADS * j) * 16, w_src[j] + k0, w_ok[j] ? 16 : 0);
     };
-    /* this thread's pieces of the codes of `stage` to BF16 (gemm_wg_convert_piece) */
-    const auto convert = [&](int stage, int buffer) {
-        if constexpr (!(SKIP & GEMM_WG_SKIP_CONVERT))
-#pragma unroll
-            for (int j = 0; j < 2; j++)
-                gemm_wg_convert_piece(wb + buffer * GEMM_WG_WB_BYTES, w8 + stage * GEMM_WG_W8_BYTES, tid + 256 * j);
-    };
-    /* the block scales of this thread's columns (half 0: d[0..31], half 1: d[32..63]) at k-block kb */
+    /* The block scales of this thread's weight halves (promoted: of the columns d[0..31], d[32..63]), per k-block. */
     const float *scale[2] = {gemm_wg_half_scales(t, 0), gemm_wg_half_scales(t, 1)};
+    /* this thread's pieces of the codes of `stage` to BF16 (gemm_wg_convert_piece), or, folded, dequantised with the
+     * scales `half_scale` of the step's k-block (gemm_wg_dequantize_piece) */
+    const auto convert = [&](int stage, int buffer, const float (&half_scale)[2]) {
+        uint8_t *to = wb + buffer * GEMM_WG_WB_BYTES;
+        const uint8_t *from = w8 + stage * GEMM_WG_W8_BYTES;
+        if constexpr (!(SKIP & GEMM_WG_SKIP_CONVERT)) {
+#pragma unroll
+            for (int j = 0; j < PIECES; j++) {
+                if constexpr (FOLDED) gemm_wg_dequantize_piece(to, from, tid + THREADS * j, half_scale[j / (PIECES / 2)]);
+                else gemm_wg_convert_piece(to, from, tid + THREADS * j);
+            }
+        }
+    };
+    /* folded: this thread's halves' scales at k-block kb (zeros past K's end or a half past its weight's end) */
+    const auto block_scales = [&](int kb, float (&half_scale)[2]) {
+#pragma unroll
+        for (int h = 0; h < 2; h++) half_scale[h] = scale[h] && kb < t.K / 128 ? scale[h][kb] : 0.0f;
+    };
 
     const int steps = t.K / GEMM_WG_BK;   /* even: K % 128 == 0 */
+    float scale_now[2] = {0.0f, 0.0f};    /* folded: the k-block of the step converted next */
+    if constexpr (FOLDED) block_scales(0, scale_now);
 #pragma unroll
     for (int s = 0; s < ST - 1; s++) {
         if (s < steps) load(s, s);
         cuda_cp_async_commit();
     }
     cuda_cp_async_wait<ST - 2>();
-    convert(0, 0);
+    convert(0, 0, scale_now);
     gemm_wg_fence_proxy();
     __syncthreads();
 
-    float d[64], sum[64];
+    float d[64];
 #pragma unroll
-    for (int i = 0; i < 64; i++) d[i] = sum[i] = 0.0f;
+    for (int i = 0; i < 64; i++) d[i] = 0.0f;
     /* While the MMAs of step s run: wait for the step before's, refill the stage step s - 1 used, convert step
-     * s + 1's codes, and make step s + 1's operands visible to every MMA (the caller's barrier follows). */
-    const auto advance = [&](int s) {
+     * s + 1's codes (folded: with its k-block's scales), and make step s + 1's operands visible to every MMA (the
+     * caller's barrier follows). */
+    const auto advance = [&](int s, const float (&next_scale)[2]) {
         gemm_wg_wait<1>();
-        __syncthreads();   /* both warpgroups are past the MMAs of step s - 1: its stage and buffer are free */
+        __syncthreads();   /* every warpgroup is past the MMAs of step s - 1: its stage and buffer are free */
         if (s + ST - 1 < steps) load(s + ST - 1, (s + ST - 1) % ST);
         cuda_cp_async_commit();
         if (s + 1 < steps) {
             cuda_cp_async_wait<ST - 2>();   /* this thread's copies of step s + 1 have landed */
-            convert((s + 1) % ST, (s + 1) % 2);
+            convert((s + 1) % ST, (s + 1) % 2, next_scale);
             gemm_wg_fence_proxy();
         }
     };
     const auto issue = [&](int s, bool first) {   /* the step's four k16 MMAs: rows 64 wg .. of x, all 128 weights */
-        const uint64_t a = gemm_wg_desc(xs + (s % ST) * GEMM_WG_X_BYTES + wg * 64 * 128);
+        const uint64_t a = gemm_wg_desc(xs + (s % ST) * Shape::X_BYTES + wg * 64 * 128);
         const uint64_t b = gemm_wg_desc(wb + (s % 2) * GEMM_WG_WB_BYTES);
         gemm_wg_fence();
         if constexpr (!(SKIP & GEMM_WG_SKIP_MMA))
@@ -249,33 +321,59 @@ __device__ inline const float *gemm_wgmma_block(uint8_t *smem_raw, const gemm_mm
             for (int k = 0; k < GEMM_WG_BK / 16; k++) gemm_wg_mma(d, a + 2 * k, b + 2 * k, first && k == 0 ? 0 : 1);
         gemm_wg_commit();
     };
-    /* Two steps (one 128-k scale block) a round, so the accumulators are never in flight across the loop's back
-     * edge (ptxas inserted a wait for them there when a round was one step). */
-    for (int s = 0; s < steps; s += 2) {
-        const int kb = s / 2;   /* this k-block's scales, loaded while its MMAs run */
-        const float s0 = scale[0] ? scale[0][kb] : 0.0f, s1 = scale[1] ? scale[1][kb] : 0.0f;
-        gemm_wg_fence_operand(d);
-        issue(s, true);
-        advance(s);
-        __syncthreads();   /* step s + 1's x and converted weights are all in place */
-        issue(s + 1, false);
-        advance(s + 1);
-        if constexpr (!(SKIP & GEMM_WG_SKIP_PROMOTE)) {
-            gemm_wg_wait<0>();   /* the block's sums are complete */
-            gemm_wg_fence_operand(d);
-#pragma unroll
-            for (int i = 0; i < 64; i++) sum[i] = fmaf(d[i], i < 32 ? s0 : s1, sum[i]);   /* promote the block's sums */
-        }
-        __syncthreads();   /* step s + 2's operands are all in place */
-    }
+    float *c = reinterpret_cast<float *>(smem);   /* the result tile, once every MMA has completed */
 
-    if constexpr (SKIP & GEMM_WG_SKIP_PROMOTE) {
+    if constexpr (FOLDED) {
+        /* Two steps (one k-block) a round, as the promoted loop; the MMAs accumulate into d through all of K, the last
+         * step's still running across the loop's back edge while the next round's scales load. */
+        for (int s = 0; s < steps; s += 2) {
+            float scale_next[2];   /* step s + 2's k-block, converted at the end of this round */
+            block_scales(s / 2 + 1, scale_next);
+            gemm_wg_fence_operand(d);
+            issue(s, s == 0);
+            advance(s, scale_now);   /* step s + 1: this k-block */
+            __syncthreads();
+            issue(s + 1, false);
+            advance(s + 1, scale_next);
+            __syncthreads();   /* step s + 2's operands are all in place */
+#pragma unroll
+            for (int h = 0; h < 2; h++) scale_now[h] = scale_next[h];
+        }
         gemm_wg_wait<0>();
-        __syncthreads();
+        gemm_wg_fence_operand(d);
+        __syncthreads();   /* every warpgroup's MMAs have completed: the stages are free */
+        gemm_wg_store_sums(c, d, wg * 64, warp_in_wg, lane);
+    } else {
+        float sum[64];
+#pragma unroll
+        for (int i = 0; i < 64; i++) sum[i] = 0.0f;
+        /* Two steps (one 128-k scale block) a round, so the accumulators are never in flight across the loop's back
+         * edge (ptxas inserted a wait for them there when a round was one step). */
+        for (int s = 0; s < steps; s += 2) {
+            const int kb = s / 2;   /* this k-block's scales, loaded while its MMAs run */
+            const float s0 = scale[0] ? scale[0][kb] : 0.0f, s1 = scale[1] ? scale[1][kb] : 0.0f;
+            gemm_wg_fence_operand(d);
+            issue(s, true);
+            advance(s, scale_now);
+            __syncthreads();   /* step s + 1's x and converted weights are all in place */
+            issue(s + 1, false);
+            advance(s + 1, scale_now);
+            if constexpr (!(SKIP & GEMM_WG_SKIP_PROMOTE)) {
+                gemm_wg_wait<0>();   /* the block's sums are complete */
+                gemm_wg_fence_operand(d);
+#pragma unroll
+                for (int i = 0; i < 64; i++) sum[i] = fmaf(d[i], i < 32 ? s0 : s1, sum[i]);   /* promote the block's sums */
+            }
+            __syncthreads();   /* step s + 2's operands are all in place */
+        }
+
+        if constexpr (SKIP & GEMM_WG_SKIP_PROMOTE) {
+            gemm_wg_wait<0>();
+            __syncthreads();
+        }
+        /* the result tile (the stages are free: every MMA has completed, the last barrier passed) */
+        gemm_wg_store_sums(c, sum, wg * 64, warp_in_wg, lane);
     }
-    /* the result tile (the stages are free: every MMA has completed, the last barrier passed) */
-    float *c = reinterpret_cast<float *>(smem);
-    gemm_wg_store_sums(c, sum, wg * 64, warp_in_wg, lane);
     __syncthreads();
     return c;
 }

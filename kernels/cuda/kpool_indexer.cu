@@ -11,7 +11,10 @@
  *   H100. A small grid now takes 1 pool per warp (65 blocks), Q comes in 16-byte loads, and a warp keeps 8
  *   heads' butterflies in flight; the arithmetic per score is unchanged, so are its bits.
  * kpool_score past 16 rows (prefill): kpool_score_rows_kernel, a block per (4 rows, 64 pools), a lane per pool
- *   with every head's dot product in registers (no shuffles; its section below).
+ *   with every head's dot product in registers (no shuffles; its section below); with BF16 Q (the engine's BF16
+ *   activations) kpool_score_mma_kernel instead (GLM53_CUDA_KPOOL_MMA): a block per (64 rows, 128 pools), each
+ *   head's dot products by mma.sync with the F32 keys split into BF16 hi + lo, the scores kept in registers
+ *   across heads.
  * kpool_select: a block per query row. When every closed pool fits the budget the answer is 0 .. G*P-1.
  *   Otherwise a radix select over the scores' order-preserving 32-bit keys (up to four passes of 8 bits, a
  *   shared histogram each) finds the top bytes of the n_select-th best key and how many pools with exactly those
@@ -24,6 +27,7 @@
  *   pass is one scan per 1024 pools.
  */
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/gemv_mma.cuh"
 
 #include <cub/block/block_scan.cuh>
 
@@ -264,6 +268,206 @@ static size_t kpool_score_rows_smem(int64_t Hi, int64_t dI) {
     return (size_t)(ROWS_T * Hi * dI + ROWS_T * ROWS_MAX_HEADS + ROWS_POOLS * dI) * sizeof(float);
 }
 
+/* The many-rows form on tensor cores (BF16 Q, cb->kpool_mma, GLM53_CUDA_KPOOL_MMA). Per head the score is a GEMM,
+ * dot[t][g] = Q[t,h,:] . pooled[g,:] (T x G x dI), then scores[t][g] = sum_h w[t][h] relu(scale dot_h). The rows
+ * kernel above does it in F32 FMAs on the CUDA cores: 17.1 ms at an 8,192-token prefill on an H100 (two DSA layers,
+ * Hi 32, dI 128, up to 2,048 pools) and 263.7 ms at 32,768 tokens, the prefill's largest kernel, against a floor of
+ * T G Hi dI (causal) FLOPs: 137 GFLOP at 8,192 tokens, twice that as the split keys' MMAs below, under a
+ * millisecond of tensor-core time.
+ *   grid (ceil(G / 128), ceil(T / 64)), 256 threads: a block computes 64 rows x 128 pools, 8 warps as 2 (rows) x 4
+ *   (pools), a warp 32 x 32 as 2 x 4 MMA tiles (mma.sync m16n8k16, gemv_mma_16816), and loops over the heads in
+ *   order h = 0, 1, ...: the head's dot products in registers, then the epilogue adds w[t][h] relu(scale dot) into
+ *   the per-(t, g) score, also in registers, so nothing but the score leaves the block.
+ *   Shared memory: the block's 128 keys split into BF16 hi and lo halves [2][128][dI] (staged once), Q of the 64
+ *   rows for one head [2 stages][64][dI] BF16 (cp.async brings head h + 1 while head h is computed; one barrier a
+ *   head), the head weights [Hi][64] F32; 104 KiB at Hi 32, dI 128 and 123 registers (no spills): two blocks a
+ *   multiprocessor.
+ *   Fragments as gemm_mma.cuh's: lane (g = lane / 4, q = lane % 4) reads 16 bytes (8 k-values) at 8 q of each 32
+ *   k-values of its rows and feeds two k16 steps from them, A and B alike. Rows of dI % 64 == 0 BF16 values would
+ *   put the two rows of a quarter-warp's 16-byte loads on the same banks, so odd rows store their 16-byte units
+ *   swapped by 4 (kpool_mma_unit): conflict-free with no padding.
+ *   A block whose 64 rows have none of its pools closed writes -inf without arithmetic (as the rows kernel), and a
+ *   warp whose 32 rows have none of its 32 pools closed skips the MMAs (the causal diagonal's blocks).
+ * Precision contract (split keys): Q is BF16, so exact as an MMA input. A key value k (F32) is split into
+ * k_hi = bf16(k) and k_lo = bf16(k - k_hi) (the difference is exact in F32), |k - k_hi - k_lo| <= 2^-16 |k|; the
+ * MMA multiplies q by both exactly (8-bit significands) and adds the products in F32 in its own order (the tensor
+ * cores may truncate instead of rounding), 2 dI / 16 chained MMAs a dot product. So
+ *   |dot - Q[t,h,:] . pooled[g,:]| <= (2^-16 + (dI / 8) 2^-22) sum_c |Q[t,h,c] pooled[g,c]|   (dI 128: 1.9e-5)
+ * (TF32 keys through m16n8k8 would cost the same MMA time, TF32 running at half the BF16 rate, and round each key
+ * to 2^-11.) The epilogue is the rows kernel's: dot * scale rounded, relu, fma into the score in head order. A dot
+ * clearly negative (below minus the bound) stays negative, so a pool whose every head is such scores an exact zero,
+ * as on the CPU; a dot within the bound of zero may land on the other side of the ReLU, a difference the same bound
+ * covers (ReLU is 1-Lipschitz).
+ * Scores are not the F32 kernels' bits (this form is taken from 17 rows, as the rows kernel: decode and
+ * verification keep the warp-sum form), and a row's score does not depend on the other rows of its block. Needs
+ * dI % 64 == 0, 16-byte aligned Q and pooled, and the shared memory (kpool_score_mma_fits). */
+enum {
+    MMA_ROWS = 64,     /* kpool_score_mma: query rows a block */
+    MMA_POOLS = 128,   /* kpool_score_mma: pools a block */
+};
+
+/* Element offset of the 16-byte unit u (8 BF16 values, columns 8 u ..) of row r in a [rows][dI] BF16 tile,
+ * dI % 64 == 0: odd rows hold their units XOR 4, so that rows r and r + 1 (r even) at units 4 c .. 4 c + 3 lie in
+ * different halves of the 32 banks. */
+__device__ inline int kpool_mma_unit(int r, int u, int dI) { return r * dI + 8 * (u ^ ((r & 1) << 2)); }
+
+/* Dynamic shared memory of kpool_score_mma_kernel, bytes: k_hi, k_lo [128][dI], q [2][64][dI] BF16, w [Hi][64] F32. */
+static size_t kpool_score_mma_smem(int64_t Hi, int64_t dI) {
+    return (size_t)(2 * MMA_POOLS + 2 * MMA_ROWS) * dI * sizeof(__nv_bfloat16) + (size_t)Hi * MMA_ROWS * sizeof(float);
+}
+
+/* Copies Q[t, h, :] of the block's 64 rows (t = tb + r; rows past T: zeros) into the stage q [64][dI] with cp.async,
+ * as one group. Every thread calls it. */
+__device__ inline void kpool_mma_stage_q(__nv_bfloat16 *q, const __nv_bfloat16 *Q, int64_t tb, int64_t T, int Hi,
+                                         int dI, int h) {
+    const int units = dI / 8;
+    for (int i = threadIdx.x; i < MMA_ROWS * units; i += SCORE_THREADS) {
+        const int r = i / units, u = i % units;
+        const bool in = tb + r < T;
+        const __nv_bfloat16 *src = in ? Q + ((tb + r) * Hi + h) * (int64_t)dI + 8 * u : Q;
+        cuda_cp_async16(q + kpool_mma_unit(r, u, dI), src, in ? 16 : 0);
+    }
+    cuda_cp_async_commit();
+}
+
+/* scores [T, G] F32; Q [T, Hi, dI] BF16; w [T, Hi] F32; pooled [>= G, dI] F32; n_closed [T] I32. */
+__global__ void __launch_bounds__(SCORE_THREADS, 2)
+kpool_score_mma_kernel(float *scores, const __nv_bfloat16 *Q, const float *w, const float *pooled,
+                       const int32_t *n_closed, int64_t T, int64_t G, int Hi, int dI, float scale) {
+    cuda_pdl_begin();
+    extern __shared__ __align__(16) uint8_t mma_smem[];
+    __nv_bfloat16 *k_hi = reinterpret_cast<__nv_bfloat16 *>(mma_smem), *k_lo = k_hi + MMA_POOLS * dI;
+    __nv_bfloat16 *q_s = k_lo + MMA_POOLS * dI;   /* [2][64][dI] */
+    float *w_s = reinterpret_cast<float *>(q_s + 2 * MMA_ROWS * dI);   /* [Hi][64] */
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane / 4, q = lane % 4;
+    const int wm = warp % 2, wn = warp / 2;   /* this warp's 32 rows and 32 pools of the block */
+    const int64_t g0 = (int64_t)blockIdx.x * MMA_POOLS, tb = (int64_t)blockIdx.y * MMA_ROWS;
+
+    /* pools no row of the block has closed are -inf without any arithmetic */
+    const bool row_closes_g0 = threadIdx.x < MMA_ROWS && tb + threadIdx.x < T && n_closed[tb + threadIdx.x] > g0;
+    if (!__syncthreads_or(row_closes_g0)) {
+        for (int i = threadIdx.x; i < MMA_ROWS * MMA_POOLS; i += SCORE_THREADS) {
+            const int64_t t = tb + i / MMA_POOLS, gg = g0 + i % MMA_POOLS;
+            if (t < T && gg < G) scores[t * G + gg] = -INFINITY;
+        }
+        return;
+    }
+    kpool_mma_stage_q(q_s, Q, tb, T, Hi, dI, 0);   /* head 0's Q flies while the keys are split */
+
+    /* keys: 8 values a thread at a time, as hi and lo units; pools past G read as zeros */
+    const int units = dI / 8;
+    for (int i = threadIdx.x; i < MMA_POOLS * units; i += SCORE_THREADS) {
+        const int p = i / units, u = i % units;
+        float4 v[2] = {make_float4(0.0f, 0.0f, 0.0f, 0.0f), make_float4(0.0f, 0.0f, 0.0f, 0.0f)};
+        if (g0 + p < G) {
+            const float4 *src = reinterpret_cast<const float4 *>(pooled + (g0 + p) * dI + 8 * u);
+            v[0] = src[0];
+            v[1] = src[1];
+        }
+        const float k[8] = {v[0].x, v[0].y, v[0].z, v[0].w, v[1].x, v[1].y, v[1].z, v[1].w};
+        uint32_t hi[4], lo[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const __nv_bfloat162 h2 = __floats2bfloat162_rn(k[2 * j], k[2 * j + 1]);   /* .x: the lower k, low bits */
+            const float2 hf = __bfloat1622float2(h2);
+            const __nv_bfloat162 l2 = __floats2bfloat162_rn(k[2 * j] - hf.x, k[2 * j + 1] - hf.y);
+            hi[j] = *reinterpret_cast<const uint32_t *>(&h2);
+            lo[j] = *reinterpret_cast<const uint32_t *>(&l2);
+        }
+        *reinterpret_cast<uint4 *>(k_hi + kpool_mma_unit(p, u, dI)) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+        *reinterpret_cast<uint4 *>(k_lo + kpool_mma_unit(p, u, dI)) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+    }
+    for (int i = threadIdx.x; i < Hi * MMA_ROWS; i += SCORE_THREADS) {
+        const int h = i / MMA_ROWS, r = i % MMA_ROWS;
+        w_s[i] = tb + r < T ? w[(tb + r) * Hi + h] : 0.0f;
+    }
+
+    /* a warp none of whose rows has closed its first pool only writes -inf */
+    const int64_t t_lane = tb + wm * 32 + lane;
+    const unsigned closed_lane = t_lane < T ? (unsigned)max(n_closed[t_lane], 0) : 0u;
+    const bool warp_live = (int64_t)__reduce_max_sync(0xffffffffu, closed_lane) > g0 + wn * 32;
+
+    float score[2][4][4];   /* C fragments: [mi][ni][0..1] row g, pools 2q, 2q + 1 of the n8 tile; [2..3] row g + 8 */
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++) score[mi][ni][0] = score[mi][ni][1] = score[mi][ni][2] = score[mi][ni][3] = 0.0f;
+
+    for (int h = 0; h < Hi; h++) {
+        /* head h's Q has landed and every warp is done with head h - 1 (whose stage the next copy overwrites) */
+        cuda_cp_async_wait<0>();
+        __syncthreads();
+        if (h + 1 < Hi) kpool_mma_stage_q(q_s + ((h + 1) & 1) * MMA_ROWS * dI, Q, tb, T, Hi, dI, h + 1);
+        if (!warp_live) continue;
+        const __nv_bfloat16 *qh = q_s + (h & 1) * MMA_ROWS * dI;
+        float dot[2][4][4];
+#pragma unroll
+        for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+            for (int ni = 0; ni < 4; ni++) dot[mi][ni][0] = dot[mi][ni][1] = dot[mi][ni][2] = dot[mi][ni][3] = 0.0f;
+        for (int c = 0; c < dI / 32; c++) {   /* 32 k-values: this lane's 8 at 32 c + 8 q, two k16 steps */
+            uint4 a[2][2];   /* [mi][rows g, g + 8] */
+#pragma unroll
+            for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+                for (int half = 0; half < 2; half++)
+                    a[mi][half] = *reinterpret_cast<const uint4 *>(
+                        qh + kpool_mma_unit(wm * 32 + mi * 16 + half * 8 + g, 4 * c + q, dI));
+#pragma unroll
+            for (int ni = 0; ni < 4; ni++) {
+                const int key = kpool_mma_unit(wn * 32 + ni * 8 + g, 4 * c + q, dI);
+                const uint4 bh = *reinterpret_cast<const uint4 *>(k_hi + key);
+                const uint4 bl = *reinterpret_cast<const uint4 *>(k_lo + key);
+#pragma unroll
+                for (int mi = 0; mi < 2; mi++) {
+                    const uint4 &x = a[mi][0], &y = a[mi][1];
+                    gemv_mma_16816(dot[mi][ni], x.x, y.x, x.y, y.y, bh.x, bh.y);
+                    gemv_mma_16816(dot[mi][ni], x.z, y.z, x.w, y.w, bh.z, bh.w);
+                    gemv_mma_16816(dot[mi][ni], x.x, y.x, x.y, y.y, bl.x, bl.y);
+                    gemv_mma_16816(dot[mi][ni], x.z, y.z, x.w, y.w, bl.z, bl.w);
+                }
+            }
+        }
+        /* the rows kernel's epilogue: w relu(dot * scale) added in head order */
+        const float *wh = w_s + h * MMA_ROWS + wm * 32 + g;
+#pragma unroll
+        for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const float wt = wh[mi * 16 + (j >= 2 ? 8 : 0)];
+#pragma unroll
+                for (int ni = 0; ni < 4; ni++) {
+                    const float d = __fmul_rn(dot[mi][ni][j], scale);
+                    score[mi][ni][j] = __fmaf_rn(wt, d > 0.0f ? d : 0.0f, score[mi][ni][j]);
+                }
+            }
+    }
+
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+            const int64_t t = tb + wm * 32 + mi * 16 + half * 8 + g;
+            if (t >= T) continue;
+            const int64_t closed = n_closed[t];
+#pragma unroll
+            for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const int64_t gg = g0 + wn * 32 + ni * 8 + 2 * q + e;
+                    if (gg < G) scores[t * G + gg] = gg < closed ? score[mi][ni][2 * half + e] : -INFINITY;
+                }
+        }
+}
+
+/* Whether kpool_score_mma_kernel takes Q [T, Hi, dI] (BF16, T >= SCORE_MIN_ROWS_FORM: the caller checks). */
+static bool kpool_score_mma_fits(const cuda_backend *cb, const glm53_tensor *Q, const glm53_tensor *pooled,
+                                 int64_t T, int64_t Hi, int64_t dI) {
+    return dI % 64 == 0 && (uintptr_t)Q->data % 16 == 0 && (uintptr_t)pooled->data % 16 == 0 &&
+           (T + MMA_ROWS - 1) / MMA_ROWS <= MAX_GRID_Y &&
+           kpool_score_mma_smem(Hi, dI) <= (size_t)cb->smem_optin;
+}
+
 glm53_status cuda_kpool_score(glm53_backend *be, glm53_tensor *scores, const glm53_tensor *Q,
                               const glm53_tensor *w, const glm53_tensor *pooled, const glm53_tensor *n_closed,
                               float scale) {
@@ -276,6 +480,18 @@ glm53_status cuda_kpool_score(glm53_backend *be, glm53_tensor *scores, const glm
     assert(cuda_cols(pooled) == dI && glm53_tensor_rows(pooled) >= G && glm53_tensor_numel(n_closed) == T);
     GLM53_TRY(cuda_enter(cb));
     if (T == 0 || G == 0) return GLM53_OK;
+    if (T >= SCORE_MIN_ROWS_FORM && Q->dtype == GLM53_BF16 && cb->kpool_mma &&
+        kpool_score_mma_fits(cb, Q, pooled, T, Hi, dI)) {
+        const size_t mma_smem = kpool_score_mma_smem(Hi, dI);
+        GLM53_TRY(cuda_smem_optin(cb, (const void *)kpool_score_mma_kernel, mma_smem, "kpool_score (mma)"));
+        const dim3 grid((unsigned)((G + MMA_POOLS - 1) / MMA_POOLS), (unsigned)((T + MMA_ROWS - 1) / MMA_ROWS));
+        CUDA_TRY(cuda_launch(cb, kpool_score_mma_kernel, grid, SCORE_THREADS, mma_smem, cb->pdl,
+                             (float *)scores->data, (const __nv_bfloat16 *)Q->data, (const float *)w->data,
+                             (const float *)pooled->data, (const int32_t *)n_closed->data, T, G, (int)Hi, (int)dI,
+                             scale));
+        CUDA_LAUNCHED("kpool_score (mma)");
+        return GLM53_OK;
+    }
     if (T >= SCORE_MIN_ROWS_FORM && dI % 4 == 0 && Hi <= ROWS_MAX_HEADS &&
         kpool_score_rows_smem(Hi, dI) <= (size_t)cb->smem_optin) {
         const size_t rows_smem = kpool_score_rows_smem(Hi, dI);

@@ -32,7 +32,8 @@
  *
  * With GLM53_CUDA_GROUPED_EXPERTS on (docs/cuda.md), larger batches whose x is BF16 and whose experts suit the
  * tensor cores take the device-grouped path instead (its section below): the same grouping done on the device
- * and every expert's rows in one launch of a tensor-core GEMM (gemm_mma.cuh) per projection, no host round trip.
+ * and every expert's rows in one launch of a tensor-core GEMM (gemm_wgmma.cuh's or gemm_mma.cuh's tile) per
+ * projection, no host round trip.
  */
 #include "kernels/cuda/gemm_mma.cuh"
 #include "kernels/cuda/gemm_wgmma.cuh"
@@ -699,21 +700,35 @@ static glm53_status moe_experts_grouped(glm53_backend *be, glm53_tensor *y, cons
  *   1. count the slots of each expert (atomics; unused slots and other ranks' experts are skipped, a slot routed
  *      to an expert without weights records a fault), then one block turns the counts into each expert's first
  *      ordered slot (start) and first m-tile (tile_start; tile_start[E] = the number of m-tiles; an m-tile is
- *      the GEMM's block rows: 64, or 128 for the wgmma tile);
+ *      the block tile's rows: 64 or 128, the chunk's tile below);
  *   2. place every slot: at = start[e] + atomicAdd(fill[e]), row_of[at] = its x row, place[slot] = at. The order
  *      within an expert depends on the atomics' order, the bits do not: a row's products see only that row;
  *   3. gate and up with the SwiGLU (block (f-tile of 64, m-tile): the m-tile's expert by binary search of
  *      tile_start, its gathered x rows, gate and up rows f0 .. f0 + 64), then down (block (d-tile of 128, m-tile),
- *      into F32), then the weighted sum per row in slot order (combine_kernel, the host-grouped path's). The
- *      block tile is gemm_wgmma.cuh's (128 rows, wgmma) where every expert is FP8 with 128 x 128 scale blocks, D
- *      and the widths multiples of 128 and GLM53_CUDA_GROUPED_WGMMA is on; else gemm_mma.cuh's (64 rows, mma.sync).
+ *      into F32), then the weighted sum per row in slot order (combine_kernel, the host-grouped path's).
+ * The block tile (grouped_tile), chosen per chunk:
+ *   - where every expert is FP8 with 128 x 128 scale blocks, D and the widths are multiples of 128 and
+ *     GLM53_CUDA_GROUPED_WGMMA is on, gemm_wgmma.cuh's wgmma tile: folded (the block scales multiplied into the
+ *     converted codes, the weights' BF16 the cuBLAS fallback's dequantise gives; two blocks a multiprocessor) unless
+ *     GLM53_CUDA_GROUPED_FOLDED says 0, then the promoted one (exact codes, F32 sums times the scale per 128 k, one
+ *     block a multiprocessor). The folded tile has 128 rows, or 64 (one warpgroup) when the chunk's slots average
+ *     fewer than GROUPED_SMALL_TILE_ROWS an expert: a 2,048-token chunk of a chunked prefill gives about 57
+ *     rows an expert at 288 experts, top 8, which would leave the 128-row tile half empty;
+ *   - else gemm_mma.cuh's (64 rows, mma.sync; FP8 or BF16 weights).
  * The grid's m-tile dimension is the bound slots / tile rows + E; blocks past the real count return at once. No host
  * synchronisation, six launches and two memsets per chunk whatever the number of experts, each expert's weights
- * read as stored once per chunk per f- or d-tile. Intermediates as the other paths: gate and up rounded to BF16
- * before the SwiGLU, h in BF16, expert outputs in F32, one rounding in the combine.
+ * read as stored once per chunk per m-tile and f- or d-tile (an expert's m-tiles of one f- or d-tile run side by
+ * side, so the later ones mostly hit L2): chunks of 8,192 rows halve the expert weight traffic of an 8,192-token
+ * prefill against chunks of 4,096 (288 experts, D 4096, width 2048: 72 -> 36 GB). Intermediates as the other
+ * paths: gate and up rounded to BF16 before the SwiGLU, h in BF16, expert outputs in F32, one rounding in the
+ * combine.
  */
-/* Token rows per round: at k = 8, D = 4096, F = 2048 the scratch is h 128 MiB and the expert outputs 512 MiB. */
-static const int64_t GROUPED_CHUNK_ROWS = 4096;
+/* Token rows per round: at k = 8, D = 4096, F = 2048 the scratch is h [65,536 slots][2048] BF16 256 MiB, the
+ * expert outputs [65,536][4096] F32 1 GiB, the index arrays 0.5 MiB; the grid's m-tile bound 65,536 / 64 + E. */
+static const int64_t GROUPED_CHUNK_ROWS = 8192;
+/* Below this many slots an expert on average (slots / E), a chunk takes the 64-row folded tile. Under expert
+ * parallelism too: a held expert still gets slots / E rows on average, the other ranks' experts taking theirs. */
+static const int64_t GROUPED_SMALL_TILE_ROWS = 96;
 
 struct expert_groups {
     int32_t *count;        /* [E] slots of each expert in this chunk */
@@ -722,7 +737,7 @@ struct expert_groups {
     int32_t *tile_start;   /* [E + 1] first m-tile of each expert; [E]: the number of m-tiles */
     int32_t *row_of;       /* [slots] x row of ordered slot i */
     int32_t *place;        /* [slots] ordered position of slot s, -1: not computed here */
-    int32_t  tile_rows;    /* rows of an m-tile: the GEMM's block tile (64 mma.sync, 128 wgmma) */
+    int32_t  tile_rows;    /* rows of an m-tile: the chunk's block tile's (grouped_tile::BM: 64 or 128) */
 };
 
 /* ids [slots] (this chunk's); slot0: the chunk's first slot in the call (for the fault's position). */
@@ -782,29 +797,52 @@ __device__ inline int32_t grouped_tile_expert(const expert_groups &gr, int32_t n
     return lo;
 }
 
-/* The block tile of the grouped GEMM: gemm_mma.cuh's (64 rows, mma.sync; FP8 or BF16 weights) or, WG,
- * gemm_wgmma.cuh's (128 rows, wgmma; FP8 weights with 128 x 128 scale blocks). */
-template <bool FP8, bool WG>
+/* The block tiles of the grouped GEMM (the section's head says which a chunk takes). */
+enum {
+    GROUPED_MMA,                  /* gemm_mma.cuh: 64 rows, mma.sync, FP8 or BF16 weights */
+    GROUPED_WGMMA,                /* gemm_wgmma.cuh promoted: 128 rows, FP8 with 128 x 128 scale blocks */
+    GROUPED_WGMMA_FOLDED,         /* gemm_wgmma.cuh folded: 128 rows, two blocks a multiprocessor */
+    GROUPED_WGMMA_FOLDED_SMALL,   /* gemm_wgmma.cuh folded: 64 rows, one warpgroup */
+};
+/* Rows of tile KIND's m-tile (expert_groups::tile_rows). */
+__host__ __device__ constexpr int grouped_tile_rows(int kind) {
+    return kind == GROUPED_MMA ? (int)GEMM_MMA_BM : kind == GROUPED_WGMMA_FOLDED_SMALL ? 64 : (int)GEMM_WG_BM;
+}
+template <bool FP8, int KIND>
 struct grouped_tile {
-    static_assert(FP8 || !WG, "the wgmma tile takes FP8 weights");
-    static constexpr int BM = WG ? (int)GEMM_WG_BM : (int)GEMM_MMA_BM;
-    static constexpr int THREADS = WG ? (int)GEMM_WG_THREADS : (int)GEMM_MMA_THREADS;
-    static constexpr int ROWS = BM * 8 / THREADS;   /* x rows a thread copies: tile rows tid / 8 + 32 j */
+    static_assert(FP8 || KIND == GROUPED_MMA, "the wgmma tiles take FP8 weights");
+    static constexpr bool WG = KIND != GROUPED_MMA, FOLDED = KIND == GROUPED_WGMMA_FOLDED || KIND == GROUPED_WGMMA_FOLDED_SMALL;
+    static constexpr int BM = grouped_tile_rows(KIND);
+    using Shape = gemm_wg_shape<FOLDED, WG ? BM : (int)GEMM_WG_BM>;   /* the wgmma forms' */
+    static constexpr int THREADS = WG ? Shape::THREADS : (int)GEMM_MMA_THREADS;
+    static constexpr int MIN_BLOCKS = KIND == GROUPED_WGMMA ? 1 : 2;   /* a multiprocessor, for __launch_bounds__ */
+    static constexpr int ROWS = BM * 8 / THREADS;   /* x rows a thread copies: tile rows tid / 8 + (THREADS / 8) j */
     static constexpr int C_LD = WG ? (int)GEMM_WG_C_LD : (int)GEMM_MMA_C_LD;
-    static size_t smem() { return WG ? GEMM_WG_SMEM : gemm_mma_smem(FP8); }
+    static size_t smem() { return WG ? Shape::SMEM : gemm_mma_smem(FP8); }
     static __device__ const float *block(uint8_t *smem, const gemm_mma_tile &t, const int64_t (&x_row)[ROWS]) {
-        if constexpr (WG) return gemm_wgmma_block(smem, t, x_row);
+        if constexpr (WG) return gemm_wgmma_block<GEMM_WG_ALL, FOLDED, BM>(smem, t, x_row);
         else return gemm_mma_block<FP8>(smem, t, x_row);
     }
+    /* what the launches are profiled and reported as */
+    static constexpr const char *GATE_UP_LABEL =
+        KIND == GROUPED_MMA ? "moe_experts (grouped gate, up; mma)"
+        : KIND == GROUPED_WGMMA ? "moe_experts (grouped gate, up; wgmma)"
+        : KIND == GROUPED_WGMMA_FOLDED ? "moe_experts (grouped gate, up; wgmma folded)"
+                                       : "moe_experts (grouped gate, up; wgmma folded 64)";
+    static constexpr const char *DOWN_LABEL =
+        KIND == GROUPED_MMA ? "moe_experts (grouped down; mma)"
+        : KIND == GROUPED_WGMMA ? "moe_experts (grouped down; wgmma)"
+        : KIND == GROUPED_WGMMA_FOLDED ? "moe_experts (grouped down; wgmma folded)"
+                                       : "moe_experts (grouped down; wgmma folded 64)";
 };
 
 /* h[i, f] = swiglu(round(x[row_of[i]] . gate_e[f]), round(x[row_of[i]] . up_e[f])) for the ordered slots i of
  * expert e; h [slots, F] BF16. grid (ceil(F / 64), m-tile bound), Tile::THREADS threads, Tile::smem() bytes. */
-template <bool FP8, bool WG>
-__global__ void __launch_bounds__(grouped_tile<FP8, WG>::THREADS, WG ? 1 : 2)
+template <bool FP8, int KIND>
+__global__ void __launch_bounds__(grouped_tile<FP8, KIND>::THREADS, grouped_tile<FP8, KIND>::MIN_BLOCKS)
 grouped_gate_up_kernel(__nv_bfloat16 *h, const __nv_bfloat16 *x, expert_groups gr, const cuda_expert *experts,
                        int32_t n_experts, int64_t D, int64_t F, float limit) {
-    using Tile = grouped_tile<FP8, WG>;
+    using Tile = grouped_tile<FP8, KIND>;
     extern __shared__ __align__(16) uint8_t gemm_smem[];
     const int32_t t = blockIdx.y;
     if (t >= gr.tile_start[n_experts]) return;   /* the whole block: past the real m-tiles */
@@ -815,7 +853,7 @@ grouped_gate_up_kernel(__nv_bfloat16 *h, const __nv_bfloat16 *x, expert_groups g
     int64_t x_row[Tile::ROWS];
 #pragma unroll
     for (int j = 0; j < Tile::ROWS; j++) {
-        const int32_t i = m0 + (int32_t)threadIdx.x / 8 + 32 * j;
+        const int32_t i = m0 + (int32_t)threadIdx.x / 8 + Tile::THREADS / 8 * j;
         x_row[j] = i < m_end ? gr.row_of[i] : -1;
     }
     const gemm_mma_tile tile = {x, D, {ex.gate, ex.up}, {f0, f0}, {ex.width, ex.width}, (int)D};
@@ -831,11 +869,11 @@ grouped_gate_up_kernel(__nv_bfloat16 *h, const __nv_bfloat16 *x, expert_groups g
 
 /* out[i, d] = h[i, :Fe] . down_e[d] (F32) for the ordered slots i of expert e. grid (ceil(D / 128), m-tile
  * bound), Tile::THREADS threads, Tile::smem() bytes. */
-template <bool FP8, bool WG>
-__global__ void __launch_bounds__(grouped_tile<FP8, WG>::THREADS, WG ? 1 : 2)
+template <bool FP8, int KIND>
+__global__ void __launch_bounds__(grouped_tile<FP8, KIND>::THREADS, grouped_tile<FP8, KIND>::MIN_BLOCKS)
 grouped_down_kernel(float *out, const __nv_bfloat16 *h, expert_groups gr, const cuda_expert *experts,
                     int32_t n_experts, int64_t D, int64_t F) {
-    using Tile = grouped_tile<FP8, WG>;
+    using Tile = grouped_tile<FP8, KIND>;
     extern __shared__ __align__(16) uint8_t gemm_smem[];
     const int32_t t = blockIdx.y;
     if (t >= gr.tile_start[n_experts]) return;
@@ -845,7 +883,7 @@ grouped_down_kernel(float *out, const __nv_bfloat16 *h, expert_groups gr, const 
     int64_t x_row[Tile::ROWS];
 #pragma unroll
     for (int j = 0; j < Tile::ROWS; j++) {
-        const int32_t i = m0 + (int32_t)threadIdx.x / 8 + 32 * j;
+        const int32_t i = m0 + (int32_t)threadIdx.x / 8 + Tile::THREADS / 8 * j;
         x_row[j] = i < m_end ? i : -1;
     }
     const gemm_mma_tile tile = {h, F, {ex.down, ex.down}, {d0, d0 + 64}, {D, D}, (int)ex.width};
@@ -856,20 +894,21 @@ grouped_down_kernel(float *out, const __nv_bfloat16 *h, expert_groups gr, const 
     }
 }
 
-template <bool FP8, bool WG>
+/* The chunk's gate + up + SwiGLU and down launches on tile KIND; m_tiles: the grid's m-tile bound. */
+template <bool FP8, int KIND>
 static glm53_status grouped_gemm_launch(cuda_backend *cb, __nv_bfloat16 *h, float *out, const __nv_bfloat16 *x,
                                         const expert_groups &gr, const cuda_expert_table *table, int32_t n_experts,
                                         int64_t D, int64_t F, float limit, unsigned m_tiles) {
-    using Tile = grouped_tile<FP8, WG>;
+    using Tile = grouped_tile<FP8, KIND>;
     const size_t smem = Tile::smem();
-    GLM53_TRY(cuda_smem_optin(cb, (const void *)grouped_gate_up_kernel<FP8, WG>, smem, "moe_experts (grouped gate, up)"));
-    GLM53_TRY(cuda_smem_optin(cb, (const void *)grouped_down_kernel<FP8, WG>, smem, "moe_experts (grouped down)"));
-    grouped_gate_up_kernel<FP8, WG><<<dim3((unsigned)((F + 63) / 64), m_tiles), Tile::THREADS, smem, cb->stream>>>(
+    GLM53_TRY(cuda_smem_optin(cb, (const void *)grouped_gate_up_kernel<FP8, KIND>, smem, "moe_experts (grouped gate, up)"));
+    GLM53_TRY(cuda_smem_optin(cb, (const void *)grouped_down_kernel<FP8, KIND>, smem, "moe_experts (grouped down)"));
+    grouped_gate_up_kernel<FP8, KIND><<<dim3((unsigned)((F + 63) / 64), m_tiles), Tile::THREADS, smem, cb->stream>>>(
         h, x, gr, table->experts, n_experts, D, F, limit);
-    CUDA_LAUNCHED(WG ? "moe_experts (grouped gate, up; wgmma)" : "moe_experts (grouped gate, up; mma)");
-    grouped_down_kernel<FP8, WG><<<dim3((unsigned)((D + 127) / 128), m_tiles), Tile::THREADS, smem, cb->stream>>>(
+    CUDA_LAUNCHED(Tile::GATE_UP_LABEL);
+    grouped_down_kernel<FP8, KIND><<<dim3((unsigned)((D + 127) / 128), m_tiles), Tile::THREADS, smem, cb->stream>>>(
         out, h, gr, table->experts, n_experts, D, F);
-    CUDA_LAUNCHED(WG ? "moe_experts (grouped down; wgmma)" : "moe_experts (grouped down; mma)");
+    CUDA_LAUNCHED(Tile::DOWN_LABEL);
     return GLM53_OK;
 }
 
@@ -892,18 +931,19 @@ static glm53_status moe_experts_grouped_mma(cuda_backend *cb, glm53_tensor *y, c
     GLM53_TRY(out_buf.get(cb, (size_t)(slots_max * D) * sizeof(float), "moe_experts grouped expert outputs"));
     GLM53_TRY(index_buf.get(cb, (size_t)(4 * (E + 1) + 2 * slots_max) * sizeof(int32_t), "moe_experts groups"));
     int32_t *ints = (int32_t *)index_buf.ptr;
-    /* the wgmma tile where every expert fits it (FP8, 128 x 128 scale blocks) and x's width is whole scale blocks */
-    const bool wg = cb->grouped_wgmma && table->wgmma_fits && D % 128 == 0;
-    const expert_groups gr = {ints,
-                              ints + (E + 1),
-                              ints + 2 * (E + 1),
-                              ints + 3 * (E + 1),
-                              ints + 4 * (E + 1),
-                              ints + 4 * (E + 1) + slots_max,
-                              wg ? (int32_t)GEMM_WG_BM : (int32_t)GEMM_MMA_BM};
+    /* the wgmma tiles where every expert fits them (FP8, 128 x 128 scale blocks) and x's width is whole scale
+     * blocks; the folded ones unless switched off */
+    const bool wg = cb->grouped_wgmma && table->wgmma_fits && D % 128 == 0, folded = wg && cb->grouped_folded;
+    expert_groups gr = {ints, ints + (E + 1), ints + 2 * (E + 1), ints + 3 * (E + 1), ints + 4 * (E + 1),
+                        ints + 4 * (E + 1) + slots_max, 0};
     const int32_t *id = (const int32_t *)ids->data;
     for (int64_t n0 = 0; n0 < N; n0 += chunk_rows) {
         const int64_t rows = N - n0 < chunk_rows ? N - n0 : chunk_rows, slots = rows * K;
+        const int kind = !wg ? GROUPED_MMA
+                         : !folded ? GROUPED_WGMMA
+                         : slots < GROUPED_SMALL_TILE_ROWS * E ? GROUPED_WGMMA_FOLDED_SMALL
+                                                               : GROUPED_WGMMA_FOLDED;
+        gr.tile_rows = grouped_tile_rows(kind);
         CUDA_TRY(cudaMemsetAsync(gr.count, 0, (size_t)(2 * (E + 1)) * sizeof(int32_t), cb->stream));   /* count, fill */
         grouped_count_kernel<<<cuda_blocks_for(slots, 256), 256, 0, cb->stream>>>(
             gr, id + n0 * K, table->experts, E, held, slots, n0 * K, cb->fault);
@@ -917,10 +957,16 @@ static glm53_status moe_experts_grouped_mma(cuda_backend *cb, glm53_tensor *y, c
         __nv_bfloat16 *h = (__nv_bfloat16 *)h_buf.ptr;
         float *out = (float *)out_buf.ptr;
         const __nv_bfloat16 *xb = (const __nv_bfloat16 *)x->data;
-        if (wg) GLM53_TRY((grouped_gemm_launch<true, true>(cb, h, out, xb, gr, table, E, D, F, limit, m_tiles)));
+        if (kind == GROUPED_WGMMA_FOLDED)
+            GLM53_TRY((grouped_gemm_launch<true, GROUPED_WGMMA_FOLDED>(cb, h, out, xb, gr, table, E, D, F, limit, m_tiles)));
+        else if (kind == GROUPED_WGMMA_FOLDED_SMALL)
+            GLM53_TRY((grouped_gemm_launch<true, GROUPED_WGMMA_FOLDED_SMALL>(cb, h, out, xb, gr, table, E, D, F, limit,
+                                                                             m_tiles)));
+        else if (kind == GROUPED_WGMMA)
+            GLM53_TRY((grouped_gemm_launch<true, GROUPED_WGMMA>(cb, h, out, xb, gr, table, E, D, F, limit, m_tiles)));
         else if (table->mma_dtype == GLM53_F8_E4M3)
-            GLM53_TRY((grouped_gemm_launch<true, false>(cb, h, out, xb, gr, table, E, D, F, limit, m_tiles)));
-        else GLM53_TRY((grouped_gemm_launch<false, false>(cb, h, out, xb, gr, table, E, D, F, limit, m_tiles)));
+            GLM53_TRY((grouped_gemm_launch<true, GROUPED_MMA>(cb, h, out, xb, gr, table, E, D, F, limit, m_tiles)));
+        else GLM53_TRY((grouped_gemm_launch<false, GROUPED_MMA>(cb, h, out, xb, gr, table, E, D, F, limit, m_tiles)));
         combine_kernel<<<cuda_blocks_for(rows * D, 256), 256, 0, cb->stream>>>(
             cuda_act_out(y), (const float *)out_buf.ptr, gr.place, (const float *)weights->data, n0, rows, K, D);
         CUDA_LAUNCHED("moe_experts (grouped combine)");

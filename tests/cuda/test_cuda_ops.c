@@ -1462,34 +1462,43 @@ done:
     check_end();
 }
 
-/* A CUDA backend (a CPU one under --self-test) made with GLM53_CUDA_KDA_CHUNKED=`chunked` ("1" or "0") and,
- * piece > 0, pieces of that many chunk-heads; the environment is put back as it was. */
-static glm53_backend *kda_switch_backend(const char *chunked, int piece) {
-    char was[2][64] = {"", ""};
-    const char *names[2] = {"GLM53_CUDA_KDA_CHUNKED", "GLM53_CUDA_KDA_CHUNK_PIECE"};
-    bool had[2];
-    for (int i = 0; i < 2; i++) {
+/* A CUDA backend (a CPU one under --self-test) made with the environment settings names[i] = values[i] (a NULL
+ * value: unset), for checks that compare a kernel behind a switch with the one it replaces; the environment is put
+ * back as it was. `op` names the check a failure is reported under. NULL when the backend cannot be made. */
+enum { SWITCHES_MAX = 4 };
+static glm53_backend *switched_backend(const char *op, int n, const char *const *names, const char *const *values) {
+    char was[SWITCHES_MAX][64];
+    bool had[SWITCHES_MAX];
+    assert(n <= SWITCHES_MAX);
+    for (int i = 0; i < n; i++) {
         const char *v = getenv(names[i]);
         had[i] = v != NULL;
-        if (v) snprintf(was[i], sizeof was[i], "%s", v);
+        snprintf(was[i], sizeof was[i], "%s", v ? v : "");
+        if (values[i]) setenv(names[i], values[i], 1);
+        else unsetenv(names[i]);
     }
-    char piece_s[24];
-    snprintf(piece_s, sizeof piece_s, "%d", piece);
-    setenv(names[0], chunked, 1);
-    if (piece > 0) setenv(names[1], piece_s, 1);
-    else unsetenv(names[1]);
     glm53_backend *be = NULL;
     glm53_status st = self_test ? glm53_backend_cpu_create(0, &be) : glm53_backend_cuda_create(0, &be);
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < n; i++)
         if (had[i]) setenv(names[i], was[i], 1);
         else unsetenv(names[i]);
     if (st != GLM53_OK) {
-        check_begin("kda_recurrent chunked", "-", "backend");
-        fail_msg("cannot create a backend with GLM53_CUDA_KDA_CHUNKED=%s: %s", chunked, glm53_last_error());
+        check_begin(op, "-", "backend");
+        fail_msg("cannot create a backend with %s=%s%s: %s", names[0], values[0] ? values[0] : "(unset)",
+                 n > 1 ? " and more" : "", glm53_last_error());
         check_end();
         return NULL;
     }
     return be;
+}
+
+/* A backend with GLM53_CUDA_KDA_CHUNKED=`chunked` ("1" or "0") and, piece > 0, pieces of that many chunk-heads. */
+static glm53_backend *kda_switch_backend(const char *chunked, int piece) {
+    char piece_s[24];
+    snprintf(piece_s, sizeof piece_s, "%d", piece);
+    const char *names[2] = {"GLM53_CUDA_KDA_CHUNKED", "GLM53_CUDA_KDA_CHUNK_PIECE"};
+    const char *values[2] = {chunked, piece > 0 ? piece_s : NULL};
+    return switched_backend("kda_recurrent chunked", 2, names, values);
 }
 
 /* --- KPool indexer ---------------------------------------------------------------------------------------- */
@@ -1510,22 +1519,141 @@ done:
     check_end();
 }
 
-static void check_kpool_score(int64_t T, int64_t Hi, int64_t dI, int64_t G, int dt) {
-    check_begin("kpool_score", dt_name(dt), "T %lld Hi %lld dI %lld G %lld", (long long)T, (long long)Hi,
-                (long long)dI, (long long)G);
+/* How check_kpool_score draws its inputs. KPOOL_RANDOM: normal Q, pooled and head weights; row 0 has all G pools
+ * closed, row 1 none, the others a random count. KPOOL_CAUSAL: the same values, row t has (t + 1) / 4 pools closed
+ * (a prefill of T tokens in pools of 4): rows with few closed pools, and past T / 4 pools that no row has closed.
+ * KPOOL_ZEROS: random counts; every head of every row is near one direction u (u + noise / 2) and the pools come in
+ * three kinds, -u + noise / 2 (every head's dot clearly negative: the score an exact zero, a ReLU tie), u + noise / 2
+ * and noise / 2 alone (dots of either sign, some near zero). */
+enum { KPOOL_RANDOM, KPOOL_CAUSAL, KPOOL_ZEROS };
+
+/* The backend made with GLM53_CUDA_KPOOL_MMA=0 (the rows kernel for BF16 Q too), for the "switch" rows; group_indexer
+ * makes it. */
+static glm53_backend *kpool_plain;
+
+/* The split-key MMA form's error in a scaled dot product, relative to scale * sum_c |q_c k_c|: kpool_indexer.cu's
+ * contract (2^-16 for the keys' hi + lo, (dI / 8) 2^-22 for the MMAs' F32 sums), plus the CPU reference's own F32
+ * products and sum and the scale's rounding on both sides ((dI + 2) 2^-24). */
+static double kpool_split_eps(int64_t dI) {
+    return ldexp(1.0, -16) + (double)dI / 8.0 * ldexp(1.0, -22) + (double)(dI + 2) * ldexp(1.0, -24);
+}
+
+/* The tensor-core form's checks (got: CUDA's scores, ref: the CPU's, both [T, G]; the inputs as host floats):
+ * "split bound": |got - ref| against sum_h |w_h| scale sum_c |q_c k_c| eps (ReLU is 1-Lipschitz, so a dot near zero
+ * that lands on the other side is covered) plus both sides' F32 head sums, 2 (Hi + 1) 2^-24 sum_h |w_h relu(dot_h)|;
+ * the error column is the largest ratio to that bound. "relu zeros": every CPU exact zero whose heads' dots are all
+ * below minus their bound must be an exact zero on CUDA (the count of those that are not). Closed pools only: the
+ * -inf of the others is the plain comparison's. */
+static void kpool_check_split(const float *got, const float *ref, const float *Qv, const float *wv, const float *kv,
+                              const int32_t *nc, int64_t T, int64_t Hi, int64_t dI, int64_t G, float scale) {
+    const double eps = kpool_split_eps(dI);
+    double worst = 0.0;
+    int64_t worst_i = -1, zeros = 0, clear = 0, clear_missed = 0, first_missed = -1;
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t g = 0; g < (nc[t] < G ? nc[t] : G); g++) {
+            double bound = 0.0, relu_sum = 0.0;
+            bool all_clear = true;
+            for (int64_t h = 0; h < Hi; h++) {
+                const float *q = Qv + (t * Hi + h) * dI, *k = kv + g * dI;
+                double dot = 0.0, mag = 0.0;
+                for (int64_t c = 0; c < dI; c++) {
+                    dot += (double)q[c] * k[c];
+                    mag += fabs((double)q[c] * k[c]);
+                }
+                const double head_bound = scale * mag * eps, d = scale * dot, wa = fabs((double)wv[t * Hi + h]);
+                bound += wa * head_bound;
+                relu_sum += wa * (d > 0.0 ? d : 0.0);
+                all_clear = all_clear && d < -head_bound;
+            }
+            bound += 2.0 * (double)(Hi + 1) * ldexp(1.0, -24) * relu_sum + DBL_MIN;
+            const int64_t i = t * G + g;
+            const double ratio = isfinite(got[i]) ? fabs((double)got[i] - ref[i]) / bound : INFINITY;
+            if (worst_i < 0 || ratio > worst) {
+                worst = ratio;
+                worst_i = i;
+            }
+            if (ref[i] == 0.0f) {
+                zeros++;
+                if (all_clear) {
+                    clear++;
+                    if (got[i] != 0.0f && clear_missed++ == 0) first_missed = i;
+                }
+            }
+        }
+    char note[120] = "";
+    if (!(worst <= 1.0) && worst_i >= 0)
+        snprintf(note, sizeof note, "worst [%lld]: cuda %.9g, cpu %.9g", (long long)worst_i, got[worst_i],
+                 ref[worst_i]);
+    record("split bound", worst, 1.0, worst <= 1.0, note);
+    if (clear_missed)
+        snprintf(note, sizeof note, "%lld of %lld clear zeros not zero; first [%lld]: cuda %.9g",
+                 (long long)clear_missed, (long long)clear, (long long)first_missed, got[first_missed]);
+    else
+        snprintf(note, sizeof note, "%lld exact zeros, %lld with every head clearly negative", (long long)zeros,
+                 (long long)clear);
+    record("relu zeros", (double)clear_missed, 0.0, clear_missed == 0, note);
+}
+
+/* With BF16 Q, T >= 17 and dI % 64 == 0 the CUDA backend takes the tensor-core form (kpool_score_mma_kernel), which
+ * these cases check by the bound of its arithmetic too, and a backend made with GLM53_CUDA_KPOOL_MMA=0 must still
+ * give the rows kernel's results ("switch", the plain tolerance); on a GPU with the switch on, "taken" fails when
+ * every score has the rows kernel's bits (the tensor-core form did not run). */
+static void check_kpool_score(int64_t T, int64_t Hi, int64_t dI, int64_t G, int dt, int draw) {
+    check_begin("kpool_score", dt_name(dt), "T %lld Hi %lld dI %lld G %lld%s", (long long)T, (long long)Hi,
+                (long long)dI, (long long)G, draw == KPOOL_CAUSAL ? " causal" : draw == KPOOL_ZEROS ? " zeros" : "");
     tpair Q = {0}, w = {0}, pooled = {0}, closed = {0}, scores = {0};
     NEED(kpool_score);
-    TRY(act_pair(&Q, dt, randn(T * Hi * dI, 1.0f, dt == BF16), SHAPE(T, Hi, dI)));
-    TRY(act_pair(&w, F32, randn(T * Hi, 1.0f / sqrtf((float)Hi), false), SHAPE(T, Hi)));
-    TRY(act_pair(&pooled, F32, randn((G + 3) * dI, 1.0f, false), SHAPE(G + 3, dI)));   /* more rows than G */
+    float *Qv = randn(T * Hi * dI, 1.0f, dt == BF16), *kv = randn((G + 3) * dI, 1.0f, false);   /* more rows than G */
+    if (draw == KPOOL_ZEROS) {
+        const float *u = randn(dI, 1.0f, false);
+        for (int64_t i = 0; i < T * Hi * dI; i++) {
+            Qv[i] = u[i % dI] + 0.5f * test_normal();
+            if (dt == BF16) Qv[i] = glm53_round_bf16(Qv[i]);
+        }
+        for (int64_t i = 0; i < (G + 3) * dI; i++) {
+            const int64_t kind = (i / dI) % 3;   /* -u, u, noise alone */
+            kv[i] = (kind == 0 ? -u[i % dI] : kind == 1 ? u[i % dI] : 0.0f) + 0.5f * kv[i];
+        }
+    }
+    float *wv = randn(T * Hi, 1.0f / sqrtf((float)Hi), false);
+    TRY(act_pair(&Q, dt, Qv, SHAPE(T, Hi, dI)));
+    TRY(act_pair(&w, F32, wv, SHAPE(T, Hi)));
+    TRY(act_pair(&pooled, F32, kv, SHAPE(G + 3, dI)));
     int32_t *nc = hmem((size_t)T * sizeof(int32_t));
-    for (int64_t t = 0; t < T; t++) nc[t] = t == 0 ? (int32_t)G : t == 1 ? 0 : (int32_t)rand_below(G + 1);
+    for (int64_t t = 0; t < T; t++)
+        nc[t] = draw == KPOOL_CAUSAL ? (int32_t)((t + 1) / 4 < G ? (t + 1) / 4 : G)
+                : t == 0             ? (int32_t)G
+                : t == 1             ? 0
+                                     : (int32_t)rand_below(G + 1);
     TRY(i32_pair(&closed, nc, SHAPE(T)));
     TRY(out_pair(&scores, F32, SHAPE(T, G)));
     float scale = 1.0f / sqrtf((float)dI);
     TRY(cpu->ops->kpool_score(cpu, scores.c, Q.c, w.c, pooled.c, closed.c, scale));
     TRY(gpu->ops->kpool_score(gpu, scores.g, Q.g, w.g, pooled.g, closed.g, scale));
     compare(NULL, scores.c, scores.g, THR(dt));
+    if (dt == BF16 && T >= 17 && dI % 64 == 0) {
+        float *ref = hmem((size_t)(T * G) * sizeof(float)), *got = hmem((size_t)(T * G) * sizeof(float));
+        TRY(fetch_f32(cpu, scores.c, ref));
+        TRY(fetch_f32(gpu, scores.g, got));
+        kpool_check_split(got, ref, Qv, wv, kv, nc, T, Hi, dI, G, scale);
+        if (kpool_plain) {
+            glm53_tensor *plain = NULL;
+            float *pv = hmem((size_t)(T * G) * sizeof(float));
+            TRY(gpu->ops->sync(gpu));   /* the two backends run on different streams of the one device */
+            TRY(tensor_out(kpool_plain, &plain, F32, SHAPE(T, G)));
+            TRY(kpool_plain->ops->kpool_score(kpool_plain, plain, Q.g, w.g, pooled.g, closed.g, scale));
+            TRY(kpool_plain->ops->sync(kpool_plain));
+            TRY(fetch_f32(kpool_plain, plain, pv));
+            report_err("switch", pv, ref, T * G, THR(dt));
+            const char *env = getenv("GLM53_CUDA_KPOOL_MMA");
+            if (!self_test && !(env && !strcmp(env, "0"))) {
+                int64_t differing = 0;
+                for (int64_t i = 0; i < T * G; i++) differing += memcmp(&pv[i], &got[i], sizeof(float)) != 0;
+                record("taken", differing > 0 ? 0.0 : 1.0, 0.0, differing > 0,
+                       differing > 0 ? "" : "every score equals the rows kernel's: the tensor-core form did not run");
+            }
+        }
+    }
 done:
     check_end();
 }
@@ -1619,6 +1747,9 @@ done:
     check_end();
 }
 
+/* Appended to the moe_experts checks' dtype column: which backend variant runs them (group_moe sets it). */
+static const char *moe_variant = "";
+
 /* held_n > 0: the rank of an expert-parallel model that holds experts [held_first, held_first + held_n) (the
  * others' slots contribute nothing; their weights are absent). */
 static void check_moe_experts_held(int64_t N, int64_t D, int64_t F, int32_t E, int64_t K, int dt, int w_dt, int blk,
@@ -1627,6 +1758,7 @@ static void check_moe_experts_held(int64_t N, int64_t D, int64_t F, int32_t E, i
     snprintf(dts, sizeof dts, "x:%s w:%s", dt_name(dt), dt_name(w_dt));
     if (w_dt == FP8) snprintf(dts + strlen(dts), sizeof dts - strlen(dts), " %dx%d", blk, blk);
     if (held_n) snprintf(dts + strlen(dts), sizeof dts - strlen(dts), " held %d+%d", held_first, held_n);
+    snprintf(dts + strlen(dts), sizeof dts - strlen(dts), "%s", moe_variant);
     check_begin("moe_experts", dts, "N %lld D %lld F %lld E %d k %lld", (long long)N, (long long)D, (long long)F, E,
                 (long long)K);
     tpair x = {0}, ids = {0}, wts = {0}, y = {0};
@@ -1671,7 +1803,7 @@ done:
 static void check_moe_rows_invariant(int64_t N, int64_t D, int64_t F, int32_t E, int64_t K, int w_dt, int blk,
                                      int64_t split) {
     char dts[48];
-    snprintf(dts, sizeof dts, "x:bf16 w:%s", dt_name(w_dt));
+    snprintf(dts, sizeof dts, "x:bf16 w:%s%s", dt_name(w_dt), moe_variant);
     check_begin("moe_experts rows invariant", dts, "N %lld D %lld F %lld E %d k %lld, calls of %lld rows",
                 (long long)N, (long long)D, (long long)F, E, (long long)K, (long long)split);
     tpair x = {0}, ids = {0}, wts = {0}, y = {0}, y1 = {0};
@@ -1963,22 +2095,32 @@ released:
 }
 
 static void group_indexer(void) {
+    const char *mma_name[1] = {"GLM53_CUDA_KPOOL_MMA"}, *mma_off[1] = {"0"};
+    kpool_plain = switched_backend("kpool_score", 1, mma_name, mma_off);
     for (int dt = F32; dt <= BF16; dt++) {
         check_kpool_compress(1, 4, 128, dt, F32);
         check_kpool_compress(5, 4, 33, dt, BF16);
         check_kpool_compress(300, 4, 128, dt, F32);
         check_kpool_compress(3, 16, 20, dt, F32);
-        check_kpool_score(1, 32, 128, 3000, dt);
-        check_kpool_score(5, 4, 32, 7, dt);
-        check_kpool_score(3, 32, 128, 700, dt);
-        check_kpool_score(2, 32, 128, 3000, dt);    /* 2 pools a warp */
-        check_kpool_score(16, 32, 128, 3000, dt);   /* 4 pools a warp (the prefill grid) */
-        check_kpool_score(17, 32, 128, 3000, dt);   /* the many-rows form from 17 rows: a lane a pool */
-        check_kpool_score(42, 8, 64, 130, dt);      /* rows and pools past whole blocks, 8 heads */
-        check_kpool_score(20, 4, 30, 50, dt);       /* dI not a multiple of 4: the warp-sum form */
-        check_kpool_score(3, 3, 33, 20, dt);        /* Q staged element by element, Hi % 8 != 0 */
-        check_kpool_score(2, 9, 160, 40, dt);       /* dI > 128: the key not in registers */
+        check_kpool_score(1, 32, 128, 3000, dt, KPOOL_RANDOM);
+        check_kpool_score(5, 4, 32, 7, dt, KPOOL_RANDOM);
+        check_kpool_score(3, 32, 128, 700, dt, KPOOL_RANDOM);
+        check_kpool_score(2, 32, 128, 3000, dt, KPOOL_RANDOM);    /* 2 pools a warp */
+        check_kpool_score(16, 32, 128, 3000, dt, KPOOL_RANDOM);   /* 4 pools a warp (the prefill grid) */
+        /* from 17 rows the many-rows forms: F32 a lane a pool, BF16 on tensor cores (and the rows kernel switched) */
+        check_kpool_score(17, 32, 128, 3000, dt, KPOOL_RANDOM);
+        check_kpool_score(42, 8, 64, 130, dt, KPOOL_RANDOM);      /* rows and pools past whole blocks, 8 heads */
+        check_kpool_score(300, 32, 128, 75, dt, KPOOL_CAUSAL);    /* a 300-token prefill at the real dims */
+        check_kpool_score(600, 32, 128, 200, dt, KPOOL_CAUSAL);   /* blocks of pools no row of theirs has closed */
+        check_kpool_score(256, 32, 128, 200, dt, KPOOL_ZEROS);    /* ReLU ties: many exact zeros */
+        check_kpool_score(45, 8, 64, 140, dt, KPOOL_ZEROS);
+        check_kpool_score(33, 5, 192, 260, dt, KPOOL_RANDOM);     /* dI 192, 5 heads, three pool blocks */
+        check_kpool_score(20, 4, 30, 50, dt, KPOOL_RANDOM);       /* dI not a multiple of 4: the warp-sum form */
+        check_kpool_score(3, 3, 33, 20, dt, KPOOL_RANDOM);        /* Q staged element by element, Hi % 8 != 0 */
+        check_kpool_score(2, 9, 160, 40, dt, KPOOL_RANDOM);       /* dI > 128: the key not in registers */
     }
+    if (kpool_plain) kpool_plain->ops->destroy(kpool_plain);
+    kpool_plain = NULL;
     {
         const int32_t pos[] = {2, 20, 100, 119};   /* closed 0, 5, 25, 30 */
         check_kpool_select(4, pos, 30, 4, 8, 1, 0);
@@ -2021,6 +2163,7 @@ static void group_indexer(void) {
     check_sparse_mla(20, 64, 256, 256, 512, 3000, 2051, BF16, FP8);   /* the flash form: BF16, 64 heads, R 512 */
     check_sparse_mla(20, 64, 256, 256, 512, 3000, 2051, F32, FP8);
     check_sparse_mla(18, 128, 32, 32, 512, 40, 12, BF16, BF16);       /* the flash form: two head groups, one short tile */
+    check_sparse_mla(17, 64, 32, 32, 512, 96, 300, BF16, BF16);       /* the flash form: 96 of 300, tiles 3 .. 9 skipped */
 }
 
 static void group_moe(void) {
@@ -2041,11 +2184,16 @@ static void group_moe(void) {
     check_moe_experts(33, 4096, 2048, 12, 8, BF16, FP8, 128, false);
     check_moe_experts_held(3, 130, 48, 8, 3, BF16, FP8, 16, false, 2, 3);    /* expert parallel, device path */
     check_moe_experts_held(40, 130, 48, 8, 3, F32, FP8, 16, false, 4, 4);    /* expert parallel, grouped path */
-    /* The device-grouped path (GLM53_CUDA_GROUPED_EXPERTS, on here): BF16 x, D and F multiples of 64. */
-    check_moe_experts(300, 256, 128, 16, 8, BF16, FP8, 128, true);   /* 150 rows an expert: m-tiles 64 + 64 + 22 */
+    /* The device-grouped path (GLM53_CUDA_GROUPED_EXPERTS, on here): BF16 x, D and F multiples of 64. FP8 experts
+     * with 128 x 128 blocks take the folded wgmma tiles (GLM53_CUDA_GROUPED_FOLDED, on by default): 128 rows, or 64
+     * where a chunk's slots average fewer than 96 an expert; other experts the mma.sync tile (64 rows). */
+    check_moe_experts(300, 256, 128, 16, 8, BF16, FP8, 128, true);   /* 160 rows an expert: 128-row m-tiles 128 + 32 */
     check_moe_experts(130, 256, 128, 8, 4, BF16, FP8, 64, false);    /* 64 x 64 scale blocks: a scale per K step */
     check_moe_experts(200, 320, 192, 6, 3, BF16, BF16, 0, false);    /* BF16 experts; D 320: down's last tile half past D */
-    check_moe_experts(64, 4096, 2048, 16, 8, BF16, FP8, 128, false); /* the real D and width */
+    check_moe_experts(64, 4096, 2048, 16, 8, BF16, FP8, 128, false); /* the real D and width, 32 rows an expert: 64-row tile */
+    check_moe_experts(100, 4096, 2048, 2, 2, BF16, FP8, 128, false); /* the real D and width, 100 rows an expert: 128-row tile */
+    check_moe_experts(8192 + 300, 128, 128, 8, 2, BF16, FP8, 128, false);   /* two chunks of rows: 2,048 rows an expert
+                                                                             * on the 128-row tile, then 75 on the 64 */
     /* the wgmma tile's code conversion on every FP8 code but NaN, then on nothing but subnormal codes (a flush to
      * zero anywhere would give zeros) */
     fp8_exp_lo = 0, fp8_exp_count = 16;
@@ -2053,9 +2201,31 @@ static void group_moe(void) {
     fp8_exp_lo = 0, fp8_exp_count = 1;
     check_moe_experts(64, 256, 128, 8, 4, BF16, FP8, 128, false);
     fp8_exp_lo = 4, fp8_exp_count = 6;
-    check_moe_experts_held(40, 128, 64, 8, 3, BF16, FP8, 64, false, 2, 3);   /* expert parallel */
+    check_moe_experts_held(40, 128, 64, 8, 3, BF16, FP8, 64, false, 2, 3);    /* expert parallel */
+    check_moe_experts_held(200, 256, 128, 8, 4, BF16, FP8, 128, false, 2, 4); /* 100 rows a held expert: 128-row tile */
     check_moe_rows_invariant(72, 256, 128, 6, 4, FP8, 128, 24);
+    check_moe_rows_invariant(300, 256, 128, 6, 4, FP8, 128, 24);   /* the 128-row folded tile against the 64-row one */
     check_moe_rows_invariant(72, 128, 192, 5, 3, BF16, 0, 24);
+
+    /* The promoted wgmma tile (GLM53_CUDA_GROUPED_FOLDED=0) on the cases above that take a wgmma tile. */
+    const char *folded_name[1] = {"GLM53_CUDA_GROUPED_FOLDED"}, *folded_off[1] = {"0"};
+    glm53_backend *const main_gpu = gpu, *promoted = switched_backend("moe_experts", 1, folded_name, folded_off);
+    if (!promoted) return;
+    gpu = promoted;
+    moe_variant = " promoted";
+    check_moe_experts(300, 256, 128, 16, 8, BF16, FP8, 128, true);
+    check_moe_experts(64, 4096, 2048, 16, 8, BF16, FP8, 128, false);
+    check_moe_experts(100, 4096, 2048, 2, 2, BF16, FP8, 128, false);
+    fp8_exp_lo = 0, fp8_exp_count = 16;
+    check_moe_experts(64, 256, 128, 8, 4, BF16, FP8, 128, false);
+    fp8_exp_lo = 0, fp8_exp_count = 1;
+    check_moe_experts(64, 256, 128, 8, 4, BF16, FP8, 128, false);
+    fp8_exp_lo = 4, fp8_exp_count = 6;
+    check_moe_experts_held(200, 256, 128, 8, 4, BF16, FP8, 128, false, 2, 4);
+    check_moe_rows_invariant(72, 256, 128, 6, 4, FP8, 128, 24);
+    moe_variant = "";
+    gpu = main_gpu;
+    promoted->ops->destroy(promoted);
 }
 
 typedef struct {

@@ -1,21 +1,25 @@
 /*
- * grouped.cu - where the grouped prefill experts' wgmma tile (gemm_wgmma.cuh) spends its time. The tile runs at
- * about 215 TFLOP/s on the H100 (27% of the BF16 peak) and Nsight Compute shows a third of the issue slots busy;
- * the conversions were suspected and ruled out (docs/performance.md). Here the tile runs at the real shapes of a
- * 4,096-row chunk of an 8,192-token prefill, once whole and then with one stage left out at a time
+ * grouped.cu - where the grouped prefill experts' wgmma tiles (gemm_wgmma.cuh) spend their time. The promoted tile
+ * runs at about 215 TFLOP/s on the H100 (27% of the BF16 peak) and Nsight Compute shows a third of the issue slots
+ * busy; the conversions were suspected and ruled out (docs/performance.md). Here the promoted tile runs at the
+ * shapes of a 4,096-row chunk of an 8,192-token prefill, once whole and then with one stage left out at a time
  * (GEMM_WG_SKIP_*: the results are then wrong, the time is what matters), so the differences say which stage the
  * block waits on (METHOD.md: leave a stage out, take differences):
  *
- *   build/bench_grouped            # one table: variant -> ms per launch, TFLOP/s, ms saved against "all"
+ *   build/bench_grouped            # tables: variant -> ms per launch, TFLOP/s, ms saved against the first row
  *
- * and the warp-specialized form of the tile (gemm_wgmma_ws_block: a producer warpgroup beside two consumers), checked
- * and timed the same way, which moe.cu would take if it is faster.
+ * then the warp-specialized form (gemm_wgmma_ws_block: a producer warpgroup beside two consumers) and the folded
+ * forms moe.cu takes by default (the block scales multiplied into the converted codes, two blocks a multiprocessor:
+ * "folded" with 128 rows, "folded 64" with one warpgroup of 64), each checked and timed the same way; and the three
+ * moe.cu chooses between at 228 rows an expert (an 8,192-row chunk, moe.cu's GROUPED_CHUNK_ROWS) and at 57 (a
+ * 2,048-token chunk of a chunked prefill, where moe.cu takes the 64-row tile).
  *
  * The shapes: 288 experts of gate and up [2048, 4096] FP8 with 128 x 128 block scales, 114 rows an expert (4,096
- * rows x 8 slots / 288) gathered from x [4096, 4096] BF16, one 128-row m-tile an expert, 32 f-tiles of 64 gate +
- * 64 up columns: 288 x 32 = 9,216 blocks, one a multiprocessor at a time. The epilogue writes h = silu(gate) * up in BF16 as moe.cu's does. The whole
- * tile ("all") is checked first against a CPU reference on sampled rows (decoded FP8 times scale, BF16 x, F64
- * sums; gate and up rounded to BF16 before the SwiGLU as the engine does).
+ * rows x 8 slots / 288) gathered from x [4096, 4096] BF16, ceil(114 / tile rows) m-tiles an expert, 32 f-tiles of
+ * 64 gate + 64 up columns: 288 x 32 = 9,216 blocks of 128 rows. The epilogue writes h = silu(gate) * up in BF16 as
+ * moe.cu's does. Every whole tile is checked against a CPU reference on sampled rows (decoded FP8 times scale, BF16
+ * x, F64 sums; gate and up rounded to BF16 before the SwiGLU as the engine does): the folded tiles' weights are
+ * rounded to BF16 after the scale (a relative 2^-9 at most each), well inside the check's 2e-2.
  */
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/gemm_wgmma.cuh"
@@ -23,7 +27,7 @@
 
 #include <cmath>
 
-enum { EXPERTS = 288, ROWS_PER_EXPERT = 114, X_ROWS = 4096, D = 4096, F = 2048, REPEATS = 7 };
+enum { EXPERTS = 288, ROWS_PER_EXPERT = 114, MAX_ROWS_PER_EXPERT = 228, X_ROWS = 4096, D = 4096, F = 2048, REPEATS = 7 };
 
 /* A code for weight byte i of expert weight w: a hash, never the NaN code (0x7f / 0xff), exponents 4..9 as the
  * engine's tests draw them (magnitudes 2^-3 .. 2^3). The host reference calls it too. */
@@ -55,10 +59,9 @@ __global__ void fill_x(__nv_bfloat16 *x, int64_t n) {
         x[i] = __float2bfloat16_rn(bench_x((uint64_t)i));
 }
 
-/* Block (f-tile, expert)'s operands: expert blockIdx.y's gate and up rows f0 .. f0 + 63. */
-__device__ inline gemm_mma_tile bench_tile(const __nv_bfloat16 *x, const uint8_t *gate, const uint8_t *up,
+/* Block (f-tile, m-tile)'s operands: expert e's gate and up rows f0 .. f0 + 63. */
+__device__ inline gemm_mma_tile bench_tile(int e, const __nv_bfloat16 *x, const uint8_t *gate, const uint8_t *up,
                                            const float *gate_scale, const float *up_scale) {
-    const int e = blockIdx.y;
     const int64_t f0 = (int64_t)blockIdx.x * 64, sstride = D / 128;
     const weight_ref g = {gate + (int64_t)e * F * D, GLM53_F8_E4M3, D, gate_scale + (int64_t)e * (F / 128) * sstride,
                           sstride, 128, 128};
@@ -67,44 +70,60 @@ __device__ inline gemm_mma_tile bench_tile(const __nv_bfloat16 *x, const uint8_t
     return gemm_mma_tile{x, D, {g, u}, {f0, f0}, {F, F}, D};
 }
 
-/* The x row of tile row r of this block's expert (-1 past its rows). */
-__device__ inline int64_t bench_x_row(const int32_t *row_of, int r) {
-    return r < ROWS_PER_EXPERT ? row_of[blockIdx.y * ROWS_PER_EXPERT + r] : -1;
+/* Block (f-tile, m-tile)'s place with `rows` rows an expert in m-tiles of bm: its expert and first expert row. */
+struct bench_place {
+    int e, r0;
+};
+__device__ inline bench_place bench_block(int rows, int bm) {
+    const int m_tiles = (rows + bm - 1) / bm;
+    return {(int)blockIdx.y / m_tiles, (int)blockIdx.y % m_tiles * bm};
 }
 
-/* moe.cu's epilogue: h = silu(round(gate)) * round(up) in BF16 for the expert's rows, from the result tile c. */
-__device__ inline void bench_epilogue(__nv_bfloat16 *h, const float *c) {
+/* The x row of expert row r (-1 past the expert's rows). */
+__device__ inline int64_t bench_x_row(const int32_t *row_of, int rows, bench_place at, int r) {
+    return r < rows ? row_of[at.e * rows + r] : -1;
+}
+
+/* moe.cu's epilogue: h = silu(round(gate)) * round(up) in BF16 for the m-tile's rows (bm of them at most), from the
+ * result tile c. */
+__device__ inline void bench_epilogue(__nv_bfloat16 *h, const float *c, int rows, int bm, bench_place at) {
     const int64_t f0 = (int64_t)blockIdx.x * 64;
-    for (int i = threadIdx.x; i < ROWS_PER_EXPERT * 64; i += blockDim.x) {
+    for (int i = threadIdx.x; i < bm * 64; i += blockDim.x) {
         const int r = i / 64, col = i % 64;
+        if (at.r0 + r >= rows) break;
         const float gv = __bfloat162float(__float2bfloat16_rn(c[r * GEMM_WG_C_LD + col]));
         const float uv = __bfloat162float(__float2bfloat16_rn(c[r * GEMM_WG_C_LD + 64 + col]));
-        h[((int64_t)blockIdx.y * ROWS_PER_EXPERT + r) * F + f0 + col] =
-            __float2bfloat16_rn(gv / (1.0f + expf(-gv)) * uv);
+        h[((int64_t)at.e * rows + at.r0 + r) * F + f0 + col] = __float2bfloat16_rn(gv / (1.0f + expf(-gv)) * uv);
     }
 }
 
-/* grid (F / 64, EXPERTS): the lockstep tile (gemm_wgmma_block, 256 threads), stages left out as SKIP says. */
-template <int SKIP>
-__global__ void __launch_bounds__(GEMM_WG_THREADS, 1)
+/* grid (F / 64, EXPERTS x m-tiles): the lockstep tile (gemm_wgmma_block) of form FOLDED, BM with `rows` rows an
+ * expert, stages left out as SKIP says. */
+template <int SKIP, bool FOLDED, int BM>
+__global__ void __launch_bounds__(gemm_wg_shape<FOLDED, BM>::THREADS, FOLDED ? 2 : 1)
 bench_gate_up(__nv_bfloat16 *h, const __nv_bfloat16 *x, const int32_t *row_of, const uint8_t *gate, const uint8_t *up,
-              const float *gate_scale, const float *up_scale) {
+              const float *gate_scale, const float *up_scale, int rows) {
     extern __shared__ __align__(16) uint8_t smem[];
+    const bench_place at = bench_block(rows, BM);
     int64_t x_row[4];
 #pragma unroll
-    for (int j = 0; j < 4; j++) x_row[j] = bench_x_row(row_of, (int)threadIdx.x / 8 + 32 * j);
-    bench_epilogue(h, gemm_wgmma_block<SKIP>(smem, bench_tile(x, gate, up, gate_scale, up_scale), x_row));
+    for (int j = 0; j < 4; j++) x_row[j] = bench_x_row(row_of, rows, at, at.r0 + (int)threadIdx.x / 8 + BM / 4 * j);
+    const float *c = gemm_wgmma_block<SKIP, FOLDED, BM>(smem, bench_tile(at.e, x, gate, up, gate_scale, up_scale), x_row);
+    bench_epilogue(h, c, rows, BM, at);
 }
 
 /* The same with gemm_wgmma_ws_block (384 threads: a producer warpgroup, whose rows these are, and two consumers). */
 __global__ void __launch_bounds__(GEMM_WS_THREADS, 1)
 bench_gate_up_ws(__nv_bfloat16 *h, const __nv_bfloat16 *x, const int32_t *row_of, const uint8_t *gate,
-                 const uint8_t *up, const float *gate_scale, const float *up_scale) {
+                 const uint8_t *up, const float *gate_scale, const float *up_scale, int rows) {
     extern __shared__ __align__(16) uint8_t smem[];
+    const bench_place at = bench_block(rows, GEMM_WG_BM);
     int64_t x_row[8];
 #pragma unroll
-    for (int j = 0; j < 8; j++) x_row[j] = threadIdx.x < 128 ? bench_x_row(row_of, (int)threadIdx.x / 8 + 16 * j) : -1;
-    bench_epilogue(h, gemm_wgmma_ws_block(smem, bench_tile(x, gate, up, gate_scale, up_scale), x_row));
+    for (int j = 0; j < 8; j++)
+        x_row[j] = threadIdx.x < 128 ? bench_x_row(row_of, rows, at, at.r0 + (int)threadIdx.x / 8 + 16 * j) : -1;
+    bench_epilogue(h, gemm_wgmma_ws_block(smem, bench_tile(at.e, x, gate, up, gate_scale, up_scale), x_row), rows,
+                   GEMM_WG_BM, at);
 }
 
 struct bench_data {
@@ -112,16 +131,19 @@ struct bench_data {
     int32_t *row_of;
     uint8_t *gate, *up;
     float *gate_scale, *up_scale;
+    int rows;   /* an expert's, this table's */
 };
 
-/* Median milliseconds of REPEATS launches of `kernel` (threads, smem) over the bench's grid, after a warm-up. */
-static float time_kernel(cudaStream_t stream, const bench_data &b,
-                         void (*kernel)(__nv_bfloat16 *, const __nv_bfloat16 *, const int32_t *, const uint8_t *,
-                                        const uint8_t *, const float *, const float *),
-                         int threads, size_t smem) {
+typedef void (*bench_kernel)(__nv_bfloat16 *, const __nv_bfloat16 *, const int32_t *, const uint8_t *, const uint8_t *,
+                             const float *, const float *, int);
+
+/* Median milliseconds of REPEATS launches of `kernel` (threads, smem, m-tiles of bm rows) over the bench's grid,
+ * after a warm-up. */
+static float time_kernel(cudaStream_t stream, const bench_data &b, bench_kernel kernel, int threads, size_t smem,
+                         int bm) {
     CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    const dim3 grid(F / 64, EXPERTS);
-    kernel<<<grid, threads, smem, stream>>>(b.h, b.x, b.row_of, b.gate, b.up, b.gate_scale, b.up_scale);   /* warm-up */
+    const dim3 grid(F / 64, EXPERTS * ((b.rows + bm - 1) / bm));
+    kernel<<<grid, threads, smem, stream>>>(b.h, b.x, b.row_of, b.gate, b.up, b.gate_scale, b.up_scale, b.rows);   /* warm-up */
     CK(cudaGetLastError());
     cudaEvent_t t0, t1;
     CK(cudaEventCreate(&t0));
@@ -129,7 +151,7 @@ static float time_kernel(cudaStream_t stream, const bench_data &b,
     std::vector<float> ms;
     for (int i = 0; i < REPEATS; i++) {
         CK(cudaEventRecord(t0, stream));
-        kernel<<<grid, threads, smem, stream>>>(b.h, b.x, b.row_of, b.gate, b.up, b.gate_scale, b.up_scale);
+        kernel<<<grid, threads, smem, stream>>>(b.h, b.x, b.row_of, b.gate, b.up, b.gate_scale, b.up_scale, b.rows);
         CK(cudaEventRecord(t1, stream));
         CK(cudaEventSynchronize(t1));
         float v;
@@ -140,20 +162,21 @@ static float time_kernel(cudaStream_t stream, const bench_data &b,
     CK(cudaEventDestroy(t1));
     return bench_median(ms);
 }
-template <int SKIP>
+template <int SKIP, bool FOLDED = false, int BM = GEMM_WG_BM>
 static float time_variant(cudaStream_t stream, const bench_data &b) {
-    return time_kernel(stream, b, bench_gate_up<SKIP>, GEMM_WG_THREADS, GEMM_WG_SMEM);
+    using Shape = gemm_wg_shape<FOLDED, BM>;
+    return time_kernel(stream, b, bench_gate_up<SKIP, FOLDED, BM>, Shape::THREADS, Shape::SMEM, BM);
 }
 
 /* The whole tile against the CPU on sampled (expert, row, column) triples; returns the worst relative error. */
 static double check(const bench_data &b, const std::vector<int32_t> &row_of, const std::vector<float> &gs,
                     const std::vector<float> &us) {
-    std::vector<__nv_bfloat16> h((size_t)EXPERTS * ROWS_PER_EXPERT * F);
+    std::vector<__nv_bfloat16> h((size_t)EXPERTS * b.rows * F);
     CK(cudaMemcpy(h.data(), b.h, h.size() * sizeof(__nv_bfloat16), cudaMemcpyDeviceToHost));
     double worst = 0.0;
     for (int sample = 0; sample < 64; sample++) {
-        const int e = (sample * 37) % EXPERTS, r = (sample * 53) % ROWS_PER_EXPERT, f = (sample * 611) % F;
-        const int64_t xr = row_of[(size_t)e * ROWS_PER_EXPERT + r];
+        const int e = (sample * 37) % EXPERTS, r = (sample * 53) % b.rows, f = (sample * 611) % F;
+        const int64_t xr = row_of[(size_t)e * b.rows + r];
         double sg = 0.0, su = 0.0;
         for (int k = 0; k < D; k++) {
             const double xv = bench_x((uint64_t)(xr * D + k));
@@ -165,11 +188,21 @@ static double check(const bench_data &b, const std::vector<int32_t> &row_of, con
         const float gv = __bfloat162float(__float2bfloat16_rn((float)sg));
         const float uv = __bfloat162float(__float2bfloat16_rn((float)su));
         const double want = gv / (1.0 + exp(-(double)gv)) * uv;
-        const double got = __bfloat162float(h[((size_t)e * ROWS_PER_EXPERT + r) * F + f]);
+        const double got = __bfloat162float(h[((size_t)e * b.rows + r) * F + f]);
         const double err = fabs(got - want) / (fabs(want) + 1e-3);
-        if (err > worst) worst = err;
+        if (!(err <= worst)) worst = std::isnan(err) ? INFINITY : err;   /* a NaN (an output never written) fails */
     }
     return worst;
+}
+
+/* Times the whole form FOLDED, BM at b.rows rows an expert after clearing h to NaN, and checks it (err). */
+template <bool FOLDED, int BM>
+static float time_checked(cudaStream_t stream, const bench_data &b, const std::vector<int32_t> &row_of,
+                          const std::vector<float> &gs, const std::vector<float> &us, double *err) {
+    CK(cudaMemsetAsync(b.h, 0xff, (size_t)EXPERTS * b.rows * F * sizeof(__nv_bfloat16), stream));
+    const float ms = time_variant<GEMM_WG_ALL, FOLDED, BM>(stream, b);
+    *err = check(b, row_of, gs, us);
+    return ms;
 }
 
 int main() {
@@ -178,8 +211,8 @@ int main() {
     bench_data b;
     const int64_t wbytes = (int64_t)EXPERTS * F * D, n_scale = (int64_t)EXPERTS * (F / 128) * (D / 128);
     CK(cudaMalloc(&b.x, (size_t)X_ROWS * D * sizeof(__nv_bfloat16)));
-    CK(cudaMalloc(&b.h, (size_t)EXPERTS * ROWS_PER_EXPERT * F * sizeof(__nv_bfloat16)));
-    CK(cudaMalloc(&b.row_of, (size_t)EXPERTS * ROWS_PER_EXPERT * sizeof(int32_t)));
+    CK(cudaMalloc(&b.h, (size_t)EXPERTS * MAX_ROWS_PER_EXPERT * F * sizeof(__nv_bfloat16)));
+    CK(cudaMalloc(&b.row_of, (size_t)EXPERTS * MAX_ROWS_PER_EXPERT * sizeof(int32_t)));
     CK(cudaMalloc(&b.gate, (size_t)wbytes));
     CK(cudaMalloc(&b.up, (size_t)wbytes));
     CK(cudaMalloc(&b.gate_scale, (size_t)n_scale * sizeof(float)));
@@ -188,8 +221,8 @@ int main() {
     fill_codes<<<4096, 256, 0, stream>>>(b.gate, wbytes, 0);
     fill_codes<<<4096, 256, 0, stream>>>(b.up, wbytes, (uint64_t)wbytes);
     CK(cudaGetLastError());
-    /* each expert's rows: a scattered set of x rows, as the routing gives them */
-    std::vector<int32_t> row_of((size_t)EXPERTS * ROWS_PER_EXPERT);
+    /* each expert's rows: a scattered set of x rows, as the routing gives them (expert e's row r at e * rows + r) */
+    std::vector<int32_t> row_of((size_t)EXPERTS * MAX_ROWS_PER_EXPERT);
     for (size_t i = 0; i < row_of.size(); i++) row_of[i] = (int32_t)((i * 2654435761u) % X_ROWS);
     std::vector<float> gs((size_t)n_scale), us((size_t)n_scale);
     for (int64_t i = 0; i < n_scale; i++) gs[i] = 0.004f * (1.0f + (float)(i % 7) / 7.0f), us[i] = 0.003f * (1.0f + (float)(i % 5) / 5.0f);
@@ -198,18 +231,30 @@ int main() {
     CK(cudaMemcpy(b.up_scale, us.data(), us.size() * sizeof(float), cudaMemcpyHostToDevice));
     CK(cudaStreamSynchronize(stream));
 
-    const double flop = 2.0 * EXPERTS * ROWS_PER_EXPERT * (2.0 * F) * D;
-    const float all = time_variant<GEMM_WG_ALL>(stream, b);
-    const double err = check(b, row_of, gs, us);
-    printf("grouped gate + up, wgmma tile: %d experts x %d rows, D %d, F %d (%.2f TFLOP a launch)\n", EXPERTS,
-           ROWS_PER_EXPERT, D, F, flop / 1e12);
-    printf("check (all stages) against the CPU on 64 sampled outputs: max rel err %.2e %s\n", err,
-           err < 2e-2 ? "ok" : "FAIL");
-    printf("%-34s %10s %10s %14s\n", "variant", "ms", "TFLOP/s", "ms saved");
-    const auto row = [&](const char *name, float ms) {
-        printf("%-34s %10.3f %10.1f %14.3f\n", name, ms, flop / (ms * 1e-3) / 1e12, all - ms);
+    bool ok = true;
+    double flop = 0.0;
+    float first = 0.0f;   /* the table's first row, which "ms saved" is against */
+    const auto table = [&](int rows, const char *what) {
+        b.rows = rows;
+        flop = 2.0 * EXPERTS * rows * (2.0 * F) * D;
+        printf("\ngrouped gate + up, wgmma tiles: %d experts x %d rows (%s), D %d, F %d (%.2f TFLOP a launch)\n",
+               EXPERTS, rows, what, D, F, flop / 1e12);
+        printf("%-34s %10s %10s %14s\n", "variant", "ms", "TFLOP/s", "ms saved");
     };
-    row("all stages", all);
+    const auto row = [&](const char *name, float ms) {
+        if (first == 0.0f) first = ms;
+        printf("%-34s %10.3f %10.1f %14.3f\n", name, ms, flop / (ms * 1e-3) / 1e12, first - ms);
+    };
+    const auto checked = [&](const char *name, float ms, double err) {
+        row(name, ms);
+        printf("  check against the CPU on 64 sampled outputs: max rel err %.2e %s\n", err, err < 2e-2 ? "ok" : "FAIL");
+        ok = ok && err < 2e-2;
+    };
+    double err;
+
+    /* the promoted tile, whole and with stages left out; the other forms beside it */
+    table(ROWS_PER_EXPERT, "a 4,096-row chunk");
+    checked("promoted: all stages", time_checked<false, GEMM_WG_BM>(stream, b, row_of, gs, us, &err), err);
     row("no x copies", time_variant<GEMM_WG_SKIP_X_COPY>(stream, b));
     row("no code copies", time_variant<GEMM_WG_SKIP_W_COPY>(stream, b));
     row("no copies", time_variant<GEMM_WG_SKIP_X_COPY | GEMM_WG_SKIP_W_COPY>(stream, b));
@@ -218,10 +263,25 @@ int main() {
     row("no promotion (no k-block drain)", time_variant<GEMM_WG_SKIP_PROMOTE>(stream, b));
     row("only barriers and epilogue", time_variant<GEMM_WG_SKIP_X_COPY | GEMM_WG_SKIP_W_COPY | GEMM_WG_SKIP_CONVERT |
                                                    GEMM_WG_SKIP_MMA | GEMM_WG_SKIP_PROMOTE>(stream, b));
-    /* the warp-specialized form (gemm_wgmma_ws_block): checked the same way, then timed */
-    const float ws = time_kernel(stream, b, bench_gate_up_ws, GEMM_WS_THREADS, GEMM_WS_SMEM);
-    const double ws_err = check(b, row_of, gs, us);
-    row("warp-specialized (384 threads)", ws);
-    printf("check (warp-specialized) against the CPU: max rel err %.2e %s\n", ws_err, ws_err < 2e-2 ? "ok" : "FAIL");
-    return err < 2e-2 && ws_err < 2e-2 ? 0 : 1;
+    /* the warp-specialized form (gemm_wgmma_ws_block) */
+    CK(cudaMemsetAsync(b.h, 0xff, (size_t)EXPERTS * b.rows * F * sizeof(__nv_bfloat16), stream));
+    const float ws = time_kernel(stream, b, bench_gate_up_ws, GEMM_WS_THREADS, GEMM_WS_SMEM, GEMM_WG_BM);
+    checked("warp-specialized (384 threads)", ws, check(b, row_of, gs, us));
+    /* the folded forms, whole */
+    checked("folded (2 blocks/SM)", time_checked<true, GEMM_WG_BM>(stream, b, row_of, gs, us, &err), err);
+    checked("folded 64 (2 m-tiles an expert)", time_checked<true, 64>(stream, b, row_of, gs, us, &err), err);
+    row("folded: no conversion", time_variant<GEMM_WG_SKIP_CONVERT, true, GEMM_WG_BM>(stream, b));
+    row("folded: no wgmma", time_variant<GEMM_WG_SKIP_MMA, true, GEMM_WG_BM>(stream, b));
+
+    /* the three moe.cu chooses between, at an 8,192-row chunk's rows and at a 2,048-token chunk's */
+    const int other_rows[2] = {MAX_ROWS_PER_EXPERT, 57};
+    const char *other_what[2] = {"an 8,192-row chunk", "a 2,048-token chunk"};
+    for (int t = 0; t < 2; t++) {
+        first = 0.0f;
+        table(other_rows[t], other_what[t]);
+        checked("promoted", time_checked<false, GEMM_WG_BM>(stream, b, row_of, gs, us, &err), err);
+        checked("folded", time_checked<true, GEMM_WG_BM>(stream, b, row_of, gs, us, &err), err);
+        checked("folded 64", time_checked<true, 64>(stream, b, row_of, gs, us, &err), err);
+    }
+    return ok ? 0 : 1;
 }

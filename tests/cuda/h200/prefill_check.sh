@@ -5,7 +5,7 @@
 #   1. test_cuda_ops (every group), test_cuda_graph, greedy ids of glm53-tiny and its FP8 copy with the prefill
 #      switches off and on (must be equal), the fixtures and cache specs on CUDA with F32 activations;
 #   2. the flash slice (scripts/make_bench_model.py --gpu --layers flash --mtp, kept in /tmp/flash on a warm
-#      machine): decode at context 2048, prefill of 8192 tokens one shot and in chunks of 2048 and 512 (switches
+#      machine): decode at contexts 2048 and 8192, prefill of 8192 tokens one shot and in chunks of 2048 and 512 (switches
 #      on), one shot with them off, 2048 one shot and in chunks of 512, and 32768 one shot (PREFILL_32K=0 skips
 #      it), each with its per-kernel table; then AB="name:VAR=v,VAR=v ..." runs the 8192 one shot once more per
 #      entry with those variables set (an A/B of a switch in the same call);
@@ -41,6 +41,8 @@ echo "[$(( $(date +%s) - t0 )) s] F32 fixtures+cache rc=$?: ok $(grep -cE '^ok' 
 [ -d /tmp/flash ] || timeout 300 python3 scripts/make_bench_model.py --gpu --layers flash --mtp --out /tmp/flash > $o/make_flash.log 2>&1
 timeout 60 /tmp/hb/profile_step /tmp/flash --context 2048 --batch 1 --steps 20 > $o/decode_2048.txt 2>&1
 echo "decode 2048: $(grep 'decode step' $o/decode_2048.txt)" >> $sum
+timeout 60 /tmp/hb/profile_step /tmp/flash --context 8192 --batch 1 --steps 20 > $o/decode_8192.txt 2>&1
+echo "decode 8192: $(grep 'decode step' $o/decode_8192.txt)" >> $sum
 timeout 150 /tmp/hb/profile_step /tmp/flash --prefill 8192 --chunks 8192,2048,512 --steps 2 > $o/prefill_8192_on.txt 2>&1
 env $off timeout 90 /tmp/hb/profile_step /tmp/flash --prefill 8192 --steps 2 > $o/prefill_8192_off.txt 2>&1
 timeout 90 /tmp/hb/profile_step /tmp/flash --prefill 2048 --chunks 2048,512 --steps 3 > $o/prefill_2048_on.txt 2>&1
