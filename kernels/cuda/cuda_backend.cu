@@ -87,7 +87,7 @@ glm53_status cuda_smem_optin(cuda_backend *cb, const void *kernel, size_t bytes,
 static const bool CUDA_DEFAULT_GEMV_STREAM = true, CUDA_DEFAULT_PDL = true, CUDA_DEFAULT_KDA_SEQUENCES = true,
                   CUDA_DEFAULT_GROUPED_EXPERTS = true, CUDA_DEFAULT_MHC_SITE = true,
                   CUDA_DEFAULT_FP8_OCCUPANCY = false, CUDA_DEFAULT_GROUPED_WGMMA = true,
-                  CUDA_DEFAULT_KDA_CHUNKED = true, CUDA_DEFAULT_GROUPED_FOLDED = true, CUDA_DEFAULT_KPOOL_MMA = true;
+                  CUDA_DEFAULT_KDA_CHUNKED = true, CUDA_DEFAULT_GROUPED_FOLDED = false, CUDA_DEFAULT_KPOOL_MMA = false;
 static const int64_t CUDA_DEFAULT_KDA_CHUNK_PIECE = 4096;   /* chunk-heads of scratch a piece (kda.cu) */
 
 glm53_status cuda_blocks_per_sm(cuda_backend *cb, const void *kernel, int threads, size_t smem, int *blocks) {

@@ -820,16 +820,11 @@ kda_chunk_inter_kernel(act_out o, act_in k, const float *g, const __grid_constan
  * the conv rings updated. A block per (head, q|k|v, 16 rows of a sequence, sequence); thread i owns channel i of
  * its head's part (width dk, dk or dv) for those rows, so the L2 norm of a row is a block sum, and the ring
  * channels a thread reads are the ones it writes.
- * The block's 16 rows share one barrier for their norms: each warp sums the squares of every row first, and one
- * barrier later every thread finishes the 16 sums (cuda_block_sum's order, row by row) and writes the rows. A
- * cuda_block_sum per row paid two barriers a row: 10.7 ms for the six KDA layers of an 8,192-token prefill on an
- * H100, far above the kernel's memory floor.
  */
 enum {
     KDA_CONV_ROWS = 16,                   /* rows of a sequence per block */
     KDA_MAX_K = 16,                       /* conv kernel widths taken */
     KDA_MAX_WIDTH = CUDA_NORM_THREADS,    /* head widths taken: the l2norm op's one element per thread */
-    KDA_CONV_LOADS = 8,                   /* input rows whose loads a thread has in flight at once */
 };
 /* Only the block of a sequence's first rows reads history from its conv ring (row t reads input rows t .. t+K-1
  * of [K-1 history rows | new rows]), so that block alone writes the ring, after its reads. */
@@ -870,72 +865,41 @@ kda_conv_prep_kernel(const __grid_constant__ kda_conv_args a, const __grid_const
     const int part = (int)(blockIdx.x % 3);
     const int64_t h = blockIdx.x / 3, t0 = (int64_t)blockIdx.y * KDA_CONV_ROWS;
     if (t0 >= sq.n_rows) return;   /* the whole block: past this sequence's rows */
-    const int n_out = sq.n_rows - t0 < KDA_CONV_ROWS ? (int)(sq.n_rows - t0) : KDA_CONV_ROWS;   /* rows t0 .. */
+    const int64_t t_end = t0 + KDA_CONV_ROWS < sq.n_rows ? t0 + KDA_CONV_ROWS : sq.n_rows;
     const int64_t width = part == 2 ? a.dv : a.dk, C = a.H * width, c = h * width + threadIdx.x;
     const int64_t K = a.K, n_zero = K - 1 - sq.n_hist;
     const bool owns = threadIdx.x < width;
     const act_in raw = a.raw[part], ring = {sq.ring[part], raw.bf16};
     const float scale = part == 0 ? a.q_scale : 1.0f;
 
-    /* The block's input rows t0 .. t0 + n_out + K - 1 of the sequence's [zeros | history | new rows] at channel c,
-     * all loaded before the first output, into conv_in [rows][blockDim.x]. The loads go KDA_CONV_LOADS rows at a
-     * time, as raw bits of the dtype (T), all in flight before the first conversion and store: a row's load then
-     * store, one row after the other, waited a memory latency a row. */
+    /* The block's input rows t0 .. t_end + K - 1 of the sequence's [zeros | history | new rows] at channel c, all
+     * loaded before the first output (a row's loads no longer wait for the previous row's block sum), into
+     * conv_in [rows][blockDim.x]. */
     extern __shared__ float conv_in[];
-    const int64_t n_in = n_out + K - 1;
-    const auto load_rows = [&](auto dtype_bits) {
-        using T = decltype(dtype_bits);   /* uint16_t: BF16, uint32_t: F32 */
-        for (int64_t i0 = 0; i0 < n_in; i0 += KDA_CONV_LOADS) {
-            uint32_t bits[KDA_CONV_LOADS];
-#pragma unroll
-            for (int b = 0; b < KDA_CONV_LOADS; b++) {
-                const int64_t r = t0 + i0 + b;
-                bits[b] = 0u;   /* +0.0f in either dtype */
-                if (!owns || r < n_zero || i0 + b >= n_in) continue;
-                if (r < K - 1) bits[b] = ((const T *)ring.data)[(int64_t)sq.hist[r - n_zero] * C + c];
-                else bits[b] = ((const T *)raw.data)[(sq.row0 + r - (K - 1)) * C + c];
-            }
-#pragma unroll
-            for (int b = 0; b < KDA_CONV_LOADS; b++) {   /* BF16 -> F32 is exact: the bits shifted up */
-                const float x = __uint_as_float(sizeof(T) == 2 ? bits[b] << 16 : bits[b]);
-                if (i0 + b < n_in) conv_in[(i0 + b) * blockDim.x + threadIdx.x] = x;
-            }
-        }
-    };
-    if (raw.bf16) load_rows(uint16_t{});
-    else load_rows(uint32_t{});
+    const int64_t n_in = t_end - t0 + K - 1;
+    for (int64_t i = 0; i < n_in; i++) {
+        const int64_t r = t0 + i;
+        float x = 0.0f;
+        if (owns && r >= n_zero)
+            x = r < K - 1 ? ring[(int64_t)sq.hist[r - n_zero] * C + c] : raw[(sq.row0 + r - (K - 1)) * C + c];
+        conv_in[i * blockDim.x + threadIdx.x] = x;
+    }
     __syncthreads();
 
-    /* Row t0 + i at channel c after the conv and SiLU (0 for a thread past the head's width). Computed twice for q
-     * and k, once for the sums of squares and once for the output: 16 rows held in registers cost spills (cuda_silu's
-     * division has a called slow path), in shared memory up to 16 KiB a block. */
-    const auto conv_silu = [&](int i) {
-        if (!owns) return 0.0f;
-        const auto window = [&](int64_t j) { return conv_in[(i + j) * blockDim.x + threadIdx.x]; };
-        const float conv = cuda_act_round(raw.bf16, conv_causal_sum(a.w[part], c, K, window));
-        return cuda_act_round(raw.bf16, cuda_silu(conv));
-    };
-    if (part == 2) {
-        for (int i = 0; i < n_out; i++)
-            if (owns) a.out[part].store((sq.row0 + t0 + i) * C + c, conv_silu(i));
-    } else {   /* the same for the whole block: every thread takes part in the sums */
-        /* cuda_block_sum of each row's squares, the block's rows behind one barrier: each warp's butterfly
-         * (cuda_warp_sum), then every thread adds the row's warp sums from 0 in warp order. The l2norm op's thread
-         * sum 0 + v*v is one rounding of v*v; a plain y * y here could be contracted with the butterfly's first
-         * addition into an FMA (one rounding fewer), so the product is explicit. */
-        __shared__ float row_warp_sums[KDA_CONV_ROWS][KDA_MAX_WIDTH / 32];
-        const unsigned warp = threadIdx.x >> 5, n_warps = (blockDim.x + 31) / 32;
-        for (int i = 0; i < n_out; i++) {
-            const float y = conv_silu(i), warp_sum = cuda_warp_sum(__fmul_rn(y, y));
-            if ((threadIdx.x & 31) == 0) row_warp_sums[i][warp] = warp_sum;
+    for (int64_t t = t0; t < t_end; t++) {
+        const auto window = [&](int64_t i) { return conv_in[(t - t0 + i) * blockDim.x + threadIdx.x]; };
+        float y = 0.0f;
+        if (owns) {
+            const float conv = cuda_act_round(raw.bf16, conv_causal_sum(a.w[part], c, K, window));
+            y = cuda_act_round(raw.bf16, cuda_silu(conv));
         }
-        __syncthreads();
-        for (int i = 0; i < n_out; i++) {
-            float sum_squares = 0.0f;
-            for (unsigned w = 0; w < n_warps; w++) sum_squares += row_warp_sums[i][w];
-            const float y = cuda_l2norm_apply(conv_silu(i), cuda_l2norm_factor(sum_squares, a.eps), scale);
-            if (owns) a.out[part].store((sq.row0 + t0 + i) * C + c, y);
+        if (part < 2) {   /* the same for the whole block: every thread takes part in the sum */
+            /* The l2norm op's thread sum 0 + v*v is one rounding of v*v; a plain y * y here could be contracted
+             * with the block sum's first addition into an FMA (one rounding fewer), so the product is explicit. */
+            const float factor = cuda_l2norm_factor(cuda_block_sum(__fmul_rn(y, y)), a.eps);
+            y = cuda_l2norm_apply(y, factor, scale);
         }
+        if (owns) a.out[part].store((sq.row0 + t) * C + c, y);
     }
 
     /* The ring keeps the sequence's last n_write raw rows, bit for bit (scatter_rows). This thread has done all its

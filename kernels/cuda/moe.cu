@@ -925,15 +925,18 @@ static glm53_status moe_experts_grouped_mma(cuda_backend *cb, glm53_tensor *y, c
     const int32_t E = set->n_experts;
     const held_range held = {set->first_held, set->n_held};
     const int64_t N = glm53_tensor_rows(x), D = cuda_cols(x), K = cuda_cols(ids), F = table->max_width;
-    const int64_t chunk_rows = N < GROUPED_CHUNK_ROWS ? N : GROUPED_CHUNK_ROWS, slots_max = chunk_rows * K;
+    /* the wgmma tiles where every expert fits them (FP8, 128 x 128 scale blocks) and x's width is whole scale
+     * blocks; the folded ones where switched on */
+    const bool wg = cb->grouped_wgmma && table->wgmma_fits && D % 128 == 0, folded = wg && cb->grouped_folded;
+    /* Rounds of GROUPED_CHUNK_ROWS came with the folded tile and wait with it for a GPU run; the tiles that have
+     * run keep rounds of 4,096 rows (2026-12-07). */
+    const int64_t round_rows = folded ? GROUPED_CHUNK_ROWS : GROUPED_CHUNK_ROWS / 2;
+    const int64_t chunk_rows = N < round_rows ? N : round_rows, slots_max = chunk_rows * K;
     cuda_scratch h_buf, out_buf, index_buf;
     GLM53_TRY(h_buf.get(cb, (size_t)(slots_max * F) * 2, "moe_experts grouped swiglu rows"));
     GLM53_TRY(out_buf.get(cb, (size_t)(slots_max * D) * sizeof(float), "moe_experts grouped expert outputs"));
     GLM53_TRY(index_buf.get(cb, (size_t)(4 * (E + 1) + 2 * slots_max) * sizeof(int32_t), "moe_experts groups"));
     int32_t *ints = (int32_t *)index_buf.ptr;
-    /* the wgmma tiles where every expert fits them (FP8, 128 x 128 scale blocks) and x's width is whole scale
-     * blocks; the folded ones unless switched off */
-    const bool wg = cb->grouped_wgmma && table->wgmma_fits && D % 128 == 0, folded = wg && cb->grouped_folded;
     expert_groups gr = {ints, ints + (E + 1), ints + 2 * (E + 1), ints + 3 * (E + 1), ints + 4 * (E + 1),
                         ints + 4 * (E + 1) + slots_max, 0};
     const int32_t *id = (const int32_t *)ids->data;
