@@ -20,10 +20,10 @@
  *     (the scale "promotion" of DeepSeek-style FP8 GEMMs). That drain is 0.71 ms of the 3.73 ms bench_grouped
  *     measures for a 4,096-row chunk's gate + up (H100), and the second array of 64 sums takes the registers
  *     (193) that keep the block alone on its multiprocessor, so nothing covers its waits.
- *   - folded (FOLDED true, BM 128; the default): the conversion multiplies each code by its rows' block scale of
- *     the step's k-block and rounds to BF16 (the dequantised weight of linear.cu's cuBLAS fallback, bit for bit),
- *     so the wgmma accumulates straight through all of K: no wait and no promotion per 128 k-values, no second
- *     array of sums. 3 stages (105 KB) and at most 128 registers (__launch_bounds__(256, 2)): two blocks share a
+ *   - folded (FOLDED true, BM 128; GLM53_CUDA_GROUPED_FOLDED=1): the conversion multiplies each code by its rows'
+ *     block scale of the step's k-block and rounds to BF16 (the dequantised weight of linear.cu's cuBLAS fallback,
+ *     bit for bit), so the wgmma accumulates straight through all of K: no wait and no promotion per 128 k-values,
+ *     no second array of sums. 3 stages (105 KB) and at most 128 registers (__launch_bounds__(256, 2)): two blocks share a
  *     multiprocessor and each runs while the other waits at a barrier.
  *   - folded 64 (FOLDED true, BM 64): one warpgroup of 128 threads computes 64 rows; 3 stages, 81 KB, two blocks a
  *     multiprocessor. For chunks whose experts hold few rows each (a chunked prefill of 2,048 tokens gives about

@@ -2185,7 +2185,7 @@ static void group_moe(void) {
     check_moe_experts_held(3, 130, 48, 8, 3, BF16, FP8, 16, false, 2, 3);    /* expert parallel, device path */
     check_moe_experts_held(40, 130, 48, 8, 3, F32, FP8, 16, false, 4, 4);    /* expert parallel, grouped path */
     /* The device-grouped path (GLM53_CUDA_GROUPED_EXPERTS, on here): BF16 x, D and F multiples of 64. FP8 experts
-     * with 128 x 128 blocks take the folded wgmma tiles (GLM53_CUDA_GROUPED_FOLDED, on by default): 128 rows, or 64
+     * with 128 x 128 blocks take the folded wgmma tiles (GLM53_CUDA_GROUPED_FOLDED, on here): 128 rows, or 64
      * where a chunk's slots average fewer than 96 an expert; other experts the mma.sync tile (64 rows). */
     check_moe_experts(300, 256, 128, 16, 8, BF16, FP8, 128, true);   /* 160 rows an expert: 128-row m-tiles 128 + 32 */
     check_moe_experts(130, 256, 128, 8, 4, BF16, FP8, 64, false);    /* 64 x 64 scale blocks: a scale per K step */

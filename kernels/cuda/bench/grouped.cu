@@ -9,8 +9,8 @@
  *   build/bench_grouped            # tables: variant -> ms per launch, TFLOP/s, ms saved against the first row
  *
  * then the warp-specialized form (gemm_wgmma_ws_block: a producer warpgroup beside two consumers) and the folded
- * forms moe.cu takes by default (the block scales multiplied into the converted codes, two blocks a multiprocessor:
- * "folded" with 128 rows, "folded 64" with one warpgroup of 64), each checked and timed the same way; and the three
+ * forms (GLM53_CUDA_GROUPED_FOLDED; the block scales multiplied into the converted codes, two blocks a
+ * multiprocessor: "folded" with 128 rows, "folded 64" with one warpgroup of 64), each checked and timed the same way; and the three
  * moe.cu chooses between at 228 rows an expert (an 8,192-row chunk, moe.cu's GROUPED_CHUNK_ROWS) and at 57 (a
  * 2,048-token chunk of a chunked prefill, where moe.cu takes the 64-row tile).
  *
