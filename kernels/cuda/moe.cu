@@ -696,7 +696,8 @@ static glm53_status moe_experts_grouped(glm53_backend *be, glm53_tensor *y, cons
  * moe_experts, device-grouped path on tensor cores (GLM53_CUDA_GROUPED_EXPERTS; prefill)
  *
  * More rows than the device path takes, BF16 x, an expert table whose weights suit the tensor cores (FP8 or BF16)
- * and whose D and widths are multiples of 64. Per chunk of up to GROUPED_CHUNK_ROWS rows, all on the device:
+ * and whose D and widths are multiples of 64. Per chunk of up to GROUPED_CHUNK_ROWS rows (folded tile;
+ * half as many otherwise), all on the device:
  *   1. count the slots of each expert (atomics; unused slots and other ranks' experts are skipped, a slot routed
  *      to an expert without weights records a fault), then one block turns the counts into each expert's first
  *      ordered slot (start) and first m-tile (tile_start; tile_start[E] = the number of m-tiles; an m-tile is
@@ -723,8 +724,9 @@ static glm53_status moe_experts_grouped(glm53_backend *be, glm53_tensor *y, cons
  * paths: gate and up rounded to BF16 before the SwiGLU, h in BF16, expert outputs in F32, one rounding in the
  * combine.
  */
-/* Token rows per round: at k = 8, D = 4096, F = 2048 the scratch is h [65,536 slots][2048] BF16 256 MiB, the
- * expert outputs [65,536][4096] F32 1 GiB, the index arrays 0.5 MiB; the grid's m-tile bound 65,536 / 64 + E. */
+/* Token rows per round with the folded tile (half of it with the others, moe_experts_grouped_mma): at k = 8,
+ * D = 4096, F = 2048 the scratch is h [65,536 slots][2048] BF16 256 MiB, the expert outputs [65,536][4096] F32
+ * 1 GiB, the index arrays 0.5 MiB; the grid's m-tile bound 65,536 / 64 + E. */
 static const int64_t GROUPED_CHUNK_ROWS = 8192;
 /* Below this many slots an expert on average (slots / E), a chunk takes the 64-row folded tile. Under expert
  * parallelism too: a held expert still gets slots / E rows on average, the other ranks' experts taking theirs. */
