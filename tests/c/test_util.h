@@ -44,27 +44,24 @@ static inline float test_normal(void) {
     return sqrtf(-2.0f * logf(u1)) * cosf(6.2831853f * u2);
 }
 
-/* max|got - ref| / max|ref| (0 when both are all zero); NaN in got gives +inf. A float reference: */
-static inline double test_rel_err_f32(const float *got, const float *ref, int64_t n) {
+/* max|got - ref| / max|ref| (0 when both are all zero); NaN in got gives +inf. The reference is ref32 (float) or,
+ * when that is NULL, ref64 (double); the wrappers below name which. */
+static inline double test_rel_err_of(const float *got, const float *ref32, const double *ref64, int64_t n) {
     double maxd = 0, maxr = 0;
     for (int64_t i = 0; i < n; i++) {
         if (got[i] != got[i]) return INFINITY;
-        double d = fabs((double)got[i] - ref[i]);
+        const double r = ref32 ? (double)ref32[i] : ref64[i];
+        double d = fabs((double)got[i] - r);
         if (d > maxd) maxd = d;
-        if (fabs((double)ref[i]) > maxr) maxr = fabs((double)ref[i]);
+        if (fabs(r) > maxr) maxr = fabs(r);
     }
     return maxr > 0 ? maxd / maxr : maxd;
 }
-/* and a double one. */
+static inline double test_rel_err_f32(const float *got, const float *ref, int64_t n) {
+    return test_rel_err_of(got, ref, NULL, n);
+}
 static inline double test_rel_err_f32_f64(const float *got, const double *ref, int64_t n) {
-    double maxd = 0, maxr = 0;
-    for (int64_t i = 0; i < n; i++) {
-        if (got[i] != got[i]) return INFINITY;
-        double d = fabs((double)got[i] - ref[i]);
-        if (d > maxd) maxd = d;
-        if (fabs(ref[i]) > maxr) maxr = fabs(ref[i]);
-    }
-    return maxr > 0 ? maxd / maxr : maxd;
+    return test_rel_err_of(got, NULL, ref, n);
 }
 
 static inline int test_finish(const char *program) {

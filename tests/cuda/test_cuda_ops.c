@@ -328,6 +328,12 @@ static glm53_status count_differing(const glm53_tensor *a, const glm53_tensor *b
     return GLM53_OK;
 }
 
+/* Records a "taken" check: passed when some value differs from the kernel a switch replaces (the switched path ran;
+ * `missing` says what failing means). */
+static void record_taken(int64_t differing, const char *missing) {
+    record("taken", differing > 0 ? 0.0 : 1.0, 0.0, differing > 0, differing > 0 ? "" : missing);
+}
+
 /* Records a rows-invariant check: passed when no value differed between one call and row-by-row calls. */
 static void record_differing(int64_t differing, const char *what) {
     char note[120] = "";
@@ -1455,8 +1461,7 @@ static void check_kda_chunked(int64_t H, int64_t dk, int64_t dv, int64_t T, int 
         TRY(gpu_token->ops->sync(gpu_token));
         int64_t differing = 0;
         TRY(count_differing(o.g, o_token, &differing));
-        record("taken", differing > 0 ? 0.0 : 1.0, 0.0, differing > 0,
-               differing > 0 ? "" : "every value equals the token kernel's: the chunked path did not run");
+        record_taken(differing, "every value equals the token kernel's: the chunked path did not run");
     }
 done:
     check_end();
@@ -1648,9 +1653,8 @@ static void check_kpool_score(int64_t T, int64_t Hi, int64_t dI, int64_t G, int 
             const char *env = getenv("GLM53_CUDA_KPOOL_MMA");
             if (!self_test && !(env && !strcmp(env, "0"))) {
                 int64_t differing = 0;
-                for (int64_t i = 0; i < T * G; i++) differing += memcmp(&pv[i], &got[i], sizeof(float)) != 0;
-                record("taken", differing > 0 ? 0.0 : 1.0, 0.0, differing > 0,
-                       differing > 0 ? "" : "every score equals the rows kernel's: the tensor-core form did not run");
+                TRY(count_differing(scores.g, plain, &differing));
+                record_taken(differing, "every score equals the rows kernel's: the tensor-core form did not run");
             }
         }
     }
