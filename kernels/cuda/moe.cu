@@ -711,7 +711,7 @@ static glm53_status moe_experts_grouped(glm53_backend *be, glm53_tensor *y, cons
  *   - where every expert is FP8 with 128 x 128 scale blocks, D and the widths are multiples of 128 and
  *     GLM53_CUDA_GROUPED_WGMMA is on, gemm_wgmma.cuh's wgmma tile: folded (the block scales multiplied into the
  *     converted codes, the weights' BF16 the cuBLAS fallback's dequantise gives; two blocks a multiprocessor) where
- *     GLM53_CUDA_GROUPED_FOLDED is on (off by default until a GPU has run it), else the promoted one (exact codes,
+ *     GLM53_CUDA_GROUPED_FOLDED is on (the default since the H100 run of 2026-12-07 22:05), else the promoted one (exact codes,
  *     F32 sums times the scale per 128 k, one block a multiprocessor). The folded tile has 128 rows, or 64 (one warpgroup) when the chunk's slots average
  *     fewer than GROUPED_SMALL_TILE_ROWS an expert: a 2,048-token chunk of a chunked prefill gives about 57
  *     rows an expert at 288 experts, top 8, which would leave the 128-row tile half empty;
@@ -930,8 +930,8 @@ static glm53_status moe_experts_grouped_mma(cuda_backend *cb, glm53_tensor *y, c
     /* the wgmma tiles where every expert fits them (FP8, 128 x 128 scale blocks) and x's width is whole scale
      * blocks; the folded ones where switched on */
     const bool wg = cb->grouped_wgmma && table->wgmma_fits && D % 128 == 0, folded = wg && cb->grouped_folded;
-    /* Rounds of GROUPED_CHUNK_ROWS came with the folded tile and wait with it for a GPU run; the tiles that have
-     * run keep rounds of 4,096 rows (2026-12-07). */
+    /* Rounds of GROUPED_CHUNK_ROWS with the folded tile (run and timed so on the H100, 2026-12-07 22:05); the
+     * promoted and mma.sync tiles, now the switched-off paths, keep the rounds of 4,096 rows they were timed with. */
     const int64_t round_rows = folded ? GROUPED_CHUNK_ROWS : GROUPED_CHUNK_ROWS / 2;
     const int64_t chunk_rows = N < round_rows ? N : round_rows, slots_max = chunk_rows * K;
     cuda_scratch h_buf, out_buf, index_buf;

@@ -17,9 +17,12 @@
  * The shapes: 288 experts of gate and up [2048, 4096] FP8 with 128 x 128 block scales, 114 rows an expert (4,096
  * rows x 8 slots / 288) gathered from x [4096, 4096] BF16, ceil(114 / tile rows) m-tiles an expert, 32 f-tiles of
  * 64 gate + 64 up columns: 288 x 32 = 9,216 blocks of 128 rows. The epilogue writes h = silu(gate) * up in BF16 as
- * moe.cu's does. Every whole tile is checked against a CPU reference on sampled rows (decoded FP8 times scale, BF16
- * x, F64 sums; gate and up rounded to BF16 before the SwiGLU as the engine does): the folded tiles' weights are
- * rounded to BF16 after the scale (a relative 2^-9 at most each), well inside the check's 2e-2.
+ * moe.cu's does. Every whole tile is checked against a CPU reference of its own precision contract on sampled rows
+ * (BF16 x, F64 sums; gate and up rounded to BF16 before the SwiGLU as the engine does): the promoted tile's weights
+ * are the decoded FP8 codes times their scales, the folded tiles' those products in F32 rounded to BF16 (the
+ * dequantised weights of the cuBLAS fallback). Against the promoted reference the folded tiles are off by up to
+ * 0.17 relative on these samples (2026-12-07, H100, reproduced exactly on the CPU): a sum whose terms cancel
+ * keeps the weights' 2^-9 rounding errors, not the sum's size.
  */
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/gemm_wgmma.cuh"
@@ -168,9 +171,15 @@ static float time_variant(cudaStream_t stream, const bench_data &b) {
     return time_kernel(stream, b, bench_gate_up<SKIP, FOLDED, BM>, Shape::THREADS, Shape::SMEM, BM);
 }
 
-/* The whole tile against the CPU on sampled (expert, row, column) triples; returns the worst relative error. */
+/* The whole tile against the CPU on sampled (expert, row, column) triples, with the weights of the folded contract
+ * (each code times its scale in F32, rounded to BF16) or of the promoted one (exact); returns the worst relative
+ * error. */
 static double check(const bench_data &b, const std::vector<int32_t> &row_of, const std::vector<float> &gs,
-                    const std::vector<float> &us) {
+                    const std::vector<float> &us, bool folded) {
+    const auto weight = [folded](uint8_t code, float scale) {
+        const float w = host_e4m3(code) * scale;
+        return folded ? (double)__bfloat162float(__float2bfloat16_rn(w)) : (double)host_e4m3(code) * scale;
+    };
     std::vector<__nv_bfloat16> h((size_t)EXPERTS * b.rows * F);
     CK(cudaMemcpy(h.data(), b.h, h.size() * sizeof(__nv_bfloat16), cudaMemcpyDeviceToHost));
     double worst = 0.0;
@@ -181,9 +190,9 @@ static double check(const bench_data &b, const std::vector<int32_t> &row_of, con
         for (int k = 0; k < D; k++) {
             const double xv = bench_x((uint64_t)(xr * D + k));
             const uint64_t wi = ((uint64_t)e * F + f) * D + k;
-            sg += xv * host_e4m3(bench_code(wi)) * gs[((size_t)e * (F / 128) + f / 128) * (D / 128) + k / 128];
-            su += xv * host_e4m3(bench_code((uint64_t)EXPERTS * F * D + wi)) *
-                  us[((size_t)e * (F / 128) + f / 128) * (D / 128) + k / 128];
+            const size_t si = ((size_t)e * (F / 128) + f / 128) * (D / 128) + k / 128;
+            sg += xv * weight(bench_code(wi), gs[si]);
+            su += xv * weight(bench_code((uint64_t)EXPERTS * F * D + wi), us[si]);
         }
         const float gv = __bfloat162float(__float2bfloat16_rn((float)sg));
         const float uv = __bfloat162float(__float2bfloat16_rn((float)su));
@@ -195,14 +204,17 @@ static double check(const bench_data &b, const std::vector<int32_t> &row_of, con
     return worst;
 }
 
-/* Times the whole form FOLDED, BM at b.rows rows an expert after clearing h to NaN, and checks it (err). */
+struct bench_checked {
+    float ms;     /* median per launch */
+    double err;   /* worst relative error against the form's reference */
+};
+/* Times the whole form FOLDED, BM at b.rows rows an expert after clearing h to NaN, and checks it. */
 template <bool FOLDED, int BM>
-static float time_checked(cudaStream_t stream, const bench_data &b, const std::vector<int32_t> &row_of,
-                          const std::vector<float> &gs, const std::vector<float> &us, double *err) {
+static bench_checked time_checked(cudaStream_t stream, const bench_data &b, const std::vector<int32_t> &row_of,
+                                  const std::vector<float> &gs, const std::vector<float> &us) {
     CK(cudaMemsetAsync(b.h, 0xff, (size_t)EXPERTS * b.rows * F * sizeof(__nv_bfloat16), stream));
     const float ms = time_variant<GEMM_WG_ALL, FOLDED, BM>(stream, b);
-    *err = check(b, row_of, gs, us);
-    return ms;
+    return {ms, check(b, row_of, gs, us, FOLDED)};
 }
 
 int main() {
@@ -245,16 +257,15 @@ int main() {
         if (first == 0.0f) first = ms;
         printf("%-34s %10.3f %10.1f %14.3f\n", name, ms, flop / (ms * 1e-3) / 1e12, first - ms);
     };
-    const auto checked = [&](const char *name, float ms, double err) {
-        row(name, ms);
-        printf("  check against the CPU on 64 sampled outputs: max rel err %.2e %s\n", err, err < 2e-2 ? "ok" : "FAIL");
-        ok = ok && err < 2e-2;
+    const auto checked = [&](const char *name, bench_checked r) {
+        row(name, r.ms);
+        printf("  check against the CPU on 64 sampled outputs: max rel err %.2e %s\n", r.err, r.err < 2e-2 ? "ok" : "FAIL");
+        ok = ok && r.err < 2e-2;
     };
-    double err;
 
     /* the promoted tile, whole and with stages left out; the other forms beside it */
     table(ROWS_PER_EXPERT, "a 4,096-row chunk");
-    checked("promoted: all stages", time_checked<false, GEMM_WG_BM>(stream, b, row_of, gs, us, &err), err);
+    checked("promoted: all stages", time_checked<false, GEMM_WG_BM>(stream, b, row_of, gs, us));
     row("no x copies", time_variant<GEMM_WG_SKIP_X_COPY>(stream, b));
     row("no code copies", time_variant<GEMM_WG_SKIP_W_COPY>(stream, b));
     row("no copies", time_variant<GEMM_WG_SKIP_X_COPY | GEMM_WG_SKIP_W_COPY>(stream, b));
@@ -266,10 +277,10 @@ int main() {
     /* the warp-specialized form (gemm_wgmma_ws_block) */
     CK(cudaMemsetAsync(b.h, 0xff, (size_t)EXPERTS * b.rows * F * sizeof(__nv_bfloat16), stream));
     const float ws = time_kernel(stream, b, bench_gate_up_ws, GEMM_WS_THREADS, GEMM_WS_SMEM, GEMM_WG_BM);
-    checked("warp-specialized (384 threads)", ws, check(b, row_of, gs, us));
+    checked("warp-specialized (384 threads)", {ws, check(b, row_of, gs, us, false)});
     /* the folded forms, whole */
-    checked("folded (2 blocks/SM)", time_checked<true, GEMM_WG_BM>(stream, b, row_of, gs, us, &err), err);
-    checked("folded 64 (2 m-tiles an expert)", time_checked<true, 64>(stream, b, row_of, gs, us, &err), err);
+    checked("folded (2 blocks/SM)", time_checked<true, GEMM_WG_BM>(stream, b, row_of, gs, us));
+    checked("folded 64 (2 m-tiles an expert)", time_checked<true, 64>(stream, b, row_of, gs, us));
     row("folded: no conversion", time_variant<GEMM_WG_SKIP_CONVERT, true, GEMM_WG_BM>(stream, b));
     row("folded: no wgmma", time_variant<GEMM_WG_SKIP_MMA, true, GEMM_WG_BM>(stream, b));
 
@@ -279,9 +290,9 @@ int main() {
     for (int t = 0; t < 2; t++) {
         first = 0.0f;
         table(other_rows[t], other_what[t]);
-        checked("promoted", time_checked<false, GEMM_WG_BM>(stream, b, row_of, gs, us, &err), err);
-        checked("folded", time_checked<true, GEMM_WG_BM>(stream, b, row_of, gs, us, &err), err);
-        checked("folded 64", time_checked<true, 64>(stream, b, row_of, gs, us, &err), err);
+        checked("promoted", time_checked<false, GEMM_WG_BM>(stream, b, row_of, gs, us));
+        checked("folded", time_checked<true, GEMM_WG_BM>(stream, b, row_of, gs, us));
+        checked("folded 64", time_checked<true, 64>(stream, b, row_of, gs, us));
     }
     return ok ? 0 : 1;
 }
