@@ -602,6 +602,299 @@ kda_chunk_intra_kernel(act_in q, act_in k, act_in v, const float *g, const float
         out[lay.Mqk + e] = s_M[(e / KDA_CHUNK) * M + e % KDA_CHUNK];
 }
 
+/* ------------------------------------------------------------------------------------------------------------
+ * The intra kernel on tensor cores (GLM53_CUDA_KDA_INTRA_MMA, off by default until a GPU has run it). Why: the F32
+ * kernel above is latency-bound, not FLOP-bound: 2.25 ms a layer at an 8,192-token prefill of 64 heads of 128 x 128
+ * on the H100 (16,384 chunk-heads), against a floor of about 0.35 ms for its 9 GFLOP and 0.67 G exponentials on the
+ * CUDA cores and about 0.4 ms for its 1.15 GB of scratch written; each pair of A and Mqk is a serial 128-term chain
+ * of FMAs and exponentials, and T's rows, W and Ut are more such chains. Here every product is an mma.sync and the
+ * exponentials are only the ones the factors need.
+ *
+ * The pairs of A and Mqk as products. A pair's decay exp(b_t - b_s) = exp(g_{s+1} + ... + g_t) factors at any
+ * boundary row r + 1 between them (s <= r < t) as exp(g_{r+1} + ... + g_t) * exp(g_{s+1} + ... + g_r): both
+ * exponents <= 0, so neither factor overflows, and each spans at most 16 rows (the F32 kernel's precision rule for
+ * its exponents). The 496 pairs s < t of the chunk fall into the blocks of a binary tree of boundaries:
+ *   level 16: t in rows 16 .. 31, s in 0 .. 15, boundary 16 (the F32 kernel's factored block: kt1, qt1, ks0);
+ *   level B = 8, 4, 2, 1, in each sub-chunk: blocks of 2B rows, t in the block's second half, s in its first,
+ *     boundary its middle: T side x_t = k_t exp(P_t - P_r), y_t = q_t exp(P_t - P_r), S side z_s = k_s exp(P_r - P_s),
+ *     r the last row of the first half, P the sub-chunk's running sums of g (the F32 kernel's exponents, as
+ *     exp2f((P_x - P_y) log2(e))), so A[t][s] = x_t . z_s and Mqk[t][s] = y_t . z_s.
+ * A level's tile (mma.sync m16n8k8 .tf32): A-operand rows 0 .. 7 are x of 8 T rows, rows 8 .. 15 the y of the same
+ * rows (one factor serves both), B-operand columns the z of 8 S rows; at level 16 the 8 T rows and 8 S rows are any
+ * of 2 x 2 halves (4 tiles), at levels 8 .. 1 they are those of one sub-chunk (2 tiles each), and a tile's entries
+ * whose t and s lie in different blocks are dropped: 12 tiles of 16 k-steps at dk 128. Each element of x, y, z at
+ * levels 8 .. 1 is made (one exponential a row, channel and level) and split exactly once, in the registers of the
+ * lane whose fragment holds it; level 16's staged kt1, qt1, ks0 are split once by each of the two tiles that read
+ * them. The pairs take 20 k exponentials a chunk-head (5 levels x 32 rows x 128 channels), against the F32 kernel's
+ * 35 k (31 k pairwise and level 16's 4 k). Mqk[t][t] (decay 1) are 32 plain dot products on the CUDA cores.
+ * W = Tb (exp(b) K) and Ut = Tb V as [32 x 32] by [32 x dk] and [32 x dv] products: n-tiles of 8 columns spread
+ * over the 8 warps, Tb's fragments split once a warp (m-tile 0 stops at u = 15: Tb is lower triangular), exp(b) K
+ * staged in shared memory by the channel threads that make Qb, V read once from global memory into the B
+ * fragments (each value feeds one warp's two m-tiles).
+ *
+ * Block: 256 threads (8 warps), the F32 kernel's shared memory (106,880 bytes at dk 128: two blocks, 16 warps, a
+ * multiprocessor), exp(b) K [32][dk + 8] over the factored rows kt1, qt1, ks0 once they are dead. Phases (a barrier
+ * after each): 1, the F32 kernel's loads (k, q, g, P, kt1, qt1, ks0, beta); 2, the pair tiles (warp w: level
+ * 8 >> (w / 2), sub-chunk w % 2; warps 0-3 also level-16 tile w; warps 4-7 also the 32 diagonal dots); 3, warp 0
+ * the forward substitution (as the F32 kernel), warps 1-3 Mqk to scratch, warps 4-7 by channel Qb, decay, Kd and
+ * exp(b) K; 4, W and Ut (6 MMA steps of 3 a n-tile). The Qb, Kd, decay and forward-substitution arithmetic is the
+ * F32 kernel's (expf of the running sums, fmaf chains).
+ *
+ * Precision (3xTF32): an F32 operand a is split as a_hi = tf32(a) (cvt.rna: 11 significant bits, |a - a_hi| <=
+ * 2^-11 |a|) and a_lo = tf32(a - a_hi) (a - a_hi exact in F32, rounded to within 2^-22 |a|); a b is taken as
+ * a_lo b_hi + a_hi b_lo + a_hi b_hi (three MMAs, the small ones first), each product exact in the MMA's F32
+ * accumulation, the dropped a_lo b_lo and the two lo roundings each within 2^-22 |a b|: within 3 x 2^-22 = 12 units
+ * of F32 rounding (u = 2^-24) of each term, and the MMA's F32 sums add at most about one u of their partial sum per
+ * k-step of 8 (the tensor cores may truncate: count two), (dk / 8) x 3 steps a dot. So a pair's error is within
+ * about (12 + 2 x 3 dk / 8) u sum_c |a_c b_c| (108 u at dk 128), against 128 u for the F32 kernel's chain of 128
+ * FMAs by the same worst-case bound: the same F32-rounding contract ("agrees with the CPU op to F32 rounding, not
+ * bits"), and the tests' tolerances unchanged. Split BF16 would need three parts (hi, mid, lo: 8 bits each) for
+ * the same 2^-24 and six MMAs a product at twice TF32's rate: the same tensor time with twice the fragments; two
+ * parts give 2^-16 (256 u a term), F32 accuracy lost.
+ *
+ * Cost and expected time (to be measured: this form has not run on a GPU). A chunk-head: 576 pair MMAs (12 tiles x
+ * 16 k-steps x 3) and 32 x 18 = 576 W / Ut MMAs at dk = dv = 128, 2.4 MFLOP of TF32 (4x the useful 0.56 MFLOP:
+ * zero tiles and three passes), 40 GFLOP a layer, about 0.1 ms at a few hundred TFLOP/s of mma.sync TF32; the
+ * instruction count moves to the element work, which is what remains of the F32 kernel's: per k-step of a pair
+ * tile a lane makes 4 exponentials, 6 products and 6 splits from 12 shared loads (about 55 instructions for 3 MMAs),
+ * about 9 k warp instructions a chunk-head for the pairs, 2 k for W and Ut, 3 k for the loads, Qb, Kd and T
+ * (against about 30 k for the F32 kernel), and no warp holds a 128-term chain. Expected 0.6-0.9 ms a layer (the
+ * scratch writes' 0.4 ms floor plus the loads and T's serial chain that do not shrink), against 2.25 ms.
+ * ptxas (sm_90a, nvcc 13.0, -O3, -Xptxas -v): 101 registers, 0 bytes stack, no spills, 1 barrier (the F32
+ * kernel: 114), under the 128 that two blocks of 256 threads allow; 106,880 bytes of dynamic shared memory at
+ * dk = 128, as the F32 kernel's (kda_intra_smem_floats).
+ */
+
+/* x as TF32 hi + lo (3xTF32): hi = tf32(x), lo = tf32(x - hi); x - hi is exact in F32. */
+__device__ inline void kda_tf32_split(float x, uint32_t &hi, uint32_t &lo) {
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(hi) : "f"(x));
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(lo) : "f"(__fsub_rn(x, __uint_as_float(hi))));
+}
+
+/* d[16 x 8] += a[16 x 8] b[8 x 8], mma.sync m16n8k8 TF32 with F32 accumulation. Fragments (lane: fr = lane / 4,
+ * fc = lane % 4): a = (fr, fc), (fr + 8, fc), (fr, fc + 4), (fr + 8, fc + 4); b = (k fc, n fr), (k fc + 4, n fr);
+ * d = (fr, 2 fc), (fr, 2 fc + 1), (fr + 8, 2 fc), (fr + 8, 2 fc + 1). */
+__device__ inline void kda_mma_tf32(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+/* d += a b to F32 accuracy from split operands: a_lo b_hi and a_hi b_lo first, then a_hi b_hi (a_lo b_lo dropped). */
+__device__ inline void kda_mma_3xtf32(float (&d)[4], const uint32_t (&a_hi)[4], const uint32_t (&a_lo)[4],
+                                      const uint32_t (&b_hi)[2], const uint32_t (&b_lo)[2]) {
+    kda_mma_tf32(d, a_lo, b_hi);
+    kda_mma_tf32(d, a_hi, b_lo);
+    kda_mma_tf32(d, a_hi, b_hi);
+}
+
+/* ... the same from F32 fragments, each value split once here. */
+__device__ inline void kda_mma_f32(float (&d)[4], const float (&a)[4], const float (&b)[2]) {
+    uint32_t a_hi[4], a_lo[4], b_hi[2], b_lo[2];
+#pragma unroll
+    for (int e = 0; e < 4; e++) kda_tf32_split(a[e], a_hi[e], a_lo[e]);
+#pragma unroll
+    for (int e = 0; e < 2; e++) kda_tf32_split(b[e], b_hi[e], b_lo[e]);
+    kda_mma_3xtf32(d, a_hi, a_lo, b_hi, b_lo);
+}
+
+enum { KDA_MMA_KB_PAD = 8 };   /* exp(b) K rows of dk + 8 floats: a B fragment's loads (u = fc, c = fr) on 32 banks */
+
+/* Whether the tensor-core intra kernel takes these widths: k-steps and W's n-tiles of 8 channels, Ut's of 8 columns. */
+static bool kda_intra_mma_fits(int64_t dk, int64_t dv) {
+    return dk % 8 == 0 && dk <= KDA_CHUNK_MAX_DK && dv % 8 == 0;
+}
+
+/* kda_chunk_intra_kernel's grid, tensors, shared memory and scratch (see the section's comment above). */
+__global__ void __launch_bounds__(KDA_INTRA_THREADS, 2)
+kda_chunk_intra_mma_kernel(act_in q, act_in k, act_in v, const float *g, const float *beta,
+                           const __grid_constant__ kda_chunk_table seqs, float *scratch, int64_t H, int64_t dk,
+                           int64_t dv) {
+    cuda_pdl_begin();
+    const kda_chunk_seq &sq = seqs.seq[blockIdx.z];
+    if ((int)blockIdx.x >= sq.n_chunks) return;
+    const int tid = threadIdx.x, half = tid / KDA_CHUNK_MAX_DK, i = tid % KDA_CHUNK_MAX_DK;
+    const int warp = tid / 32, lane = tid % 32, fr = lane / 4, fc = lane % 4;   /* fragment row and column */
+    const int64_t h = blockIdx.y, t0 = (int64_t)(sq.chunk0 + blockIdx.x) * KDA_CHUNK;
+    const int n = (int)(sq.T - t0 < KDA_CHUNK ? sq.T - t0 : KDA_CHUNK);   /* rows of this chunk; the rest zero */
+    const int64_t dkp = dk + 4, M = KDA_MQK_STRIDE, kbs = dk + KDA_MMA_KB_PAD;
+    const int ndk = (int)dk;
+    const kda_chunk_layout lay = kda_chunk_layout_of(dk, dv);
+    float *out = scratch + ((int64_t)(sq.base + blockIdx.x) * H + h) * lay.size;
+    const float log2e = 1.4426950408889634f;
+
+    extern __shared__ __align__(16) float intra_mma_smem[];
+    float *s_k = intra_mma_smem, *s_q = s_k + KDA_CHUNK * dkp, *s_g = s_q + KDA_CHUNK * dkp;
+    float *s_P = s_g + KDA_CHUNK * dkp;
+    float *kt1 = s_P + KDA_CHUNK * dkp, *qt1 = kt1 + KDA_SUB * dkp, *ks0 = qt1 + KDA_SUB * dkp;
+    float *s_A = ks0 + KDA_SUB * dkp, *s_M = s_A + KDA_CHUNK * M, *s_Tb = s_M + KDA_CHUNK * M;
+    float *s_beta = s_Tb + KDA_CHUNK * M;
+    float *s_Kb = kt1;   /* exp(b) K [KDA_CHUNK][kbs], phases 3-4: over kt1, qt1, ks0 (48 rows of dkp >= 32 of kbs) */
+
+    /* Phase 1, the F32 kernel's: sub-chunk `half` of the rows by key channel, P its running sums of g, and this
+     * channel of the level-16 factors ks0 (half 0) and kt1, qt1 (half 1). */
+    if (i < dk) {
+        float P = 0.0f;
+        for (int r = 0; r < KDA_SUB; r++) {
+            const int t = half * KDA_SUB + r;
+            const int64_t at = ((sq.row0 + t0 + t) * H + h) * dk + i;
+            const bool in = t < n;
+            const float gv = in ? g[at] : 0.0f;
+            P = (r > 0 ? P : 0.0f) + gv;
+            s_k[t * dkp + i] = in ? k[at] : 0.0f;
+            s_q[t * dkp + i] = in ? q[at] : 0.0f;
+            s_g[t * dkp + i] = gv;
+            s_P[t * dkp + i] = P;
+        }
+        if (half == 0) {
+            float after = 0.0f;
+            for (int s = KDA_SUB - 1; s >= 0; s--) {
+                ks0[s * dkp + i] = s_k[s * dkp + i] * expf(after);
+                after += s_g[s * dkp + i];
+            }
+        } else {
+            for (int t = 0; t < KDA_SUB; t++) {
+                const float e = expf(s_P[(KDA_SUB + t) * dkp + i]);
+                kt1[t * dkp + i] = s_k[(KDA_SUB + t) * dkp + i] * e;
+                qt1[t * dkp + i] = s_q[(KDA_SUB + t) * dkp + i] * e;
+            }
+        }
+    }
+    if (tid < KDA_CHUNK) s_beta[tid] = tid < n ? beta[(sq.row0 + t0 + tid) * H + h] : 0.0f;
+    for (int e = tid; e < 2 * KDA_CHUNK * M; e += blockDim.x) s_A[e] = 0.0f;   /* A and Mqk: zero above the diagonal */
+    __syncthreads();
+
+    /* Phase 2: the pair tiles. Level 16 (warps 0-3): T rows 16 + 8 (w / 2) + fr (kt1, qt1), S rows 8 (w % 2) + fr
+     * (ks0), every entry kept. Channels k0 + fc and k0 + fc + 4 of each k-step. */
+    if (warp < 4) {
+        const int ti = warp / 2, si = warp % 2;
+        const float *kt = kt1 + (8 * ti + fr) * dkp, *qt = qt1 + (8 * ti + fr) * dkp, *ks = ks0 + (8 * si + fr) * dkp;
+        float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int c = fc; c < ndk; c += 8) {
+            const float a[4] = {kt[c], qt[c], kt[c + 4], qt[c + 4]}, b[2] = {ks[c], ks[c + 4]};
+            kda_mma_f32(d, a, b);
+        }
+        const int t = KDA_SUB + 8 * ti + fr, s = 8 * si + 2 * fc;
+        s_A[t * M + s] = d[0], s_A[t * M + s + 1] = d[1];
+        s_M[t * M + s] = d[2], s_M[t * M + s + 1] = d[3];
+    }
+    /* Level B = 8 >> (w / 2) in sub-chunk w % 2 (every warp): this lane's T row t (fragment row fr), S row s (B
+     * column fr) and their block's last first-half row r; fr / B is the block within the sub-chunk. */
+    {
+        const int B = 8 >> (warp / 2), sub = warp % 2;
+        const int base = sub * KDA_SUB + 2 * B * (fr / B), t = base + B + fr % B, s = base + fr % B, r = base + B - 1;
+        const float *kt = s_k + t * dkp, *qt = s_q + t * dkp, *ks = s_k + s * dkp;
+        const float *Pt = s_P + t * dkp, *Pr = s_P + r * dkp, *Ps = s_P + s * dkp;
+        float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int c = fc; c < ndk; c += 8) {
+            const float et0 = exp2f((Pt[c] - Pr[c]) * log2e), et1 = exp2f((Pt[c + 4] - Pr[c + 4]) * log2e);
+            const float es0 = exp2f((Pr[c] - Ps[c]) * log2e), es1 = exp2f((Pr[c + 4] - Ps[c + 4]) * log2e);
+            const float a[4] = {kt[c] * et0, qt[c] * et0, kt[c + 4] * et1, qt[c + 4] * et1};
+            const float b[2] = {ks[c] * es0, ks[c + 4] * es1};
+            kda_mma_f32(d, a, b);
+        }
+        /* d: A (d[0], d[1]) and Mqk (d[2], d[3]) of row t at B columns 2 fc, 2 fc + 1, kept in t's block */
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const int col = 2 * fc + e;
+            if (col / B != fr / B) continue;
+            const int s_col = sub * KDA_SUB + 2 * B * (col / B) + col % B;
+            s_A[t * M + s_col] = d[e];
+            s_M[t * M + s_col] = d[2 + e];
+        }
+    }
+    /* Mqk[t][t] = q_t . k_t (warps 4-7: 4 lanes a row, a quarter of the channels each) */
+    if (warp >= 4) {
+        const int t = (warp - 4) * 8 + fr;
+        float m = 0.0f;
+        for (int c = fc; c < ndk; c += 4) m = fmaf(s_q[t * dkp + c], s_k[t * dkp + c], m);
+        m += __shfl_xor_sync(0xffffffffu, m, 1);
+        m += __shfl_xor_sync(0xffffffffu, m, 2);
+        if (fc == 0) s_M[t * M + t] = m;
+    }
+    __syncthreads();
+
+    if (warp == 0) {
+        /* Phase 3, warp 0: T = (I + Diag(beta) A)^-1 by forward substitution, Tb = T Diag(beta): the F32 kernel's. */
+        const int r = lane;
+        float tc[KDA_CHUNK];
+#pragma unroll
+        for (int t = 0; t < KDA_CHUNK; t++) {
+            float acc = 0.0f;
+#pragma unroll
+            for (int s = 0; s < t; s++) acc = fmaf(s_A[t * M + s], tc[s], acc);
+            tc[t] = t < r ? 0.0f : t == r ? 1.0f : -s_beta[t] * acc;
+        }
+        const float br = s_beta[r];
+#pragma unroll
+        for (int t = 0; t < KDA_CHUNK; t++) s_Tb[t * M + r] = tc[t] * br;
+    } else if (warp < 4) {
+        /* warps 1-3: Mqk to scratch */
+        for (int e = tid - 32; e < KDA_CHUNK * KDA_CHUNK; e += 3 * 32)
+            out[lay.Mqk + e] = s_M[(e / KDA_CHUNK) * M + e % KDA_CHUNK];
+    } else if (i < dk) {
+        /* warps 4-7, by key channel: b = g_0 + ... + g_u, Qb = exp(b) q, exp(b) k (for W), decay = exp(b_last),
+         * then Kd = exp(g_{u+1} + ... + g_31) k summed backwards: the F32 kernel's. */
+        float b = 0.0f;
+        for (int u = 0; u < KDA_CHUNK; u++) {
+            b += s_g[u * dkp + i];
+            const float eb = expf(b);
+            out[lay.Qb + u * dk + i] = s_q[u * dkp + i] * eb;
+            s_Kb[u * kbs + i] = s_k[u * dkp + i] * eb;
+        }
+        out[lay.decay + i] = expf(b);
+        float after = 0.0f;
+        for (int u = KDA_CHUNK - 1; u >= 0; u--) {
+            out[lay.Kd + u * dk + i] = s_k[u * dkp + i] * expf(after);
+            after += s_g[u * dkp + i];
+        }
+    }
+    __syncthreads();
+
+    /* Phase 4: W = Tb (exp(b) K) and Ut = Tb V by n-tiles of 8 columns (W's dk / 8, then Ut's dv / 8), tile j on warp
+     * j % 8. Tb's A fragments split once: f = 0, 1 m-tile 0 (rows 0 .. 15) at k-steps 0, 1 (u < 16: Tb is lower
+     * triangular, the rest of its row zero); f = 2 .. 5 m-tile 1 (rows 16 .. 31) at k-steps 0 .. 3. */
+    uint32_t tb_hi[6][4], tb_lo[6][4];
+#pragma unroll
+    for (int f = 0; f < 6; f++) {
+        const int mt = f < 2 ? 0 : 1, ks = f < 2 ? f : f - 2;
+        const float *Tf = s_Tb + (16 * mt + fr) * M + 8 * ks + fc;
+        const float a[4] = {Tf[0], Tf[8 * M], Tf[4], Tf[8 * M + 4]};
+#pragma unroll
+        for (int e = 0; e < 4; e++) kda_tf32_split(a[e], tb_hi[f][e], tb_lo[f][e]);
+    }
+    const int n_w = ndk / 8, n_tiles = n_w + (int)(dv / 8);
+    for (int j = warp; j < n_tiles; j += KDA_INTRA_THREADS / 32) {
+        const bool is_w = j < n_w;
+        const int64_t col = (int64_t)(is_w ? j : j - n_w) * 8 + fr;   /* this lane's B column */
+        float bv[4][2];   /* k-step ks: B[u = 8 ks + fc][col], B[8 ks + fc + 4][col] */
+#pragma unroll
+        for (int ks = 0; ks < 4; ks++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int u = 8 * ks + fc + 4 * e;
+                bv[ks][e] = is_w ? s_Kb[u * kbs + col] : u < n ? v[((sq.row0 + t0 + u) * H + h) * dv + col] : 0.0f;
+            }
+        uint32_t b_hi[4][2], b_lo[4][2];
+#pragma unroll
+        for (int ks = 0; ks < 4; ks++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) kda_tf32_split(bv[ks][e], b_hi[ks][e], b_lo[ks][e]);
+        float d0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, d1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int ks = 0; ks < 2; ks++) kda_mma_3xtf32(d0, tb_hi[ks], tb_lo[ks], b_hi[ks], b_lo[ks]);
+#pragma unroll
+        for (int ks = 0; ks < 4; ks++) kda_mma_3xtf32(d1, tb_hi[2 + ks], tb_lo[2 + ks], b_hi[ks], b_lo[ks]);
+        /* d0: rows fr, fr + 8; d1: rows 16 + fr, 24 + fr; columns 2 fc, 2 fc + 1 of the tile (8-byte aligned) */
+        const int64_t ld = is_w ? dk : dv, c0 = col - fr + 2 * fc;
+        float *dst = out + (is_w ? lay.W : lay.Ut) + c0;
+        *(float2 *)(dst + fr * ld) = make_float2(d0[0], d0[1]);
+        *(float2 *)(dst + (fr + 8) * ld) = make_float2(d0[2], d0[3]);
+        *(float2 *)(dst + (16 + fr) * ld) = make_float2(d1[0], d1[1]);
+        *(float2 *)(dst + (24 + fr) * ld) = make_float2(d1[2], d1[3]);
+    }
+}
+
 /* One chunk's scratch in the inter kernel's shared memory, floats (dkp = dk + 4): W, Qb, Kd [KDA_CHUNK][dkp], Mqk
  * [KDA_CHUNK][KDA_MQK_STRIDE], the block's columns of Ut [KDA_CHUNK][KDA_INTER_COLS], decay [dkp]. */
 __host__ __device__ inline int64_t kda_inter_stage_floats(int64_t dk) {
@@ -990,9 +1283,12 @@ static bool kda_chunked_fits(int64_t dk, int64_t dv) {
 }
 
 /* Opts the chunked kernels in to their shared memory (GLM53_ERR_UNSUPPORTED where a device has too little). */
-static glm53_status kda_chunked_optin(cuda_backend *cb, int64_t dk, const char *what) {
+static glm53_status kda_chunked_optin(cuda_backend *cb, int64_t dk, int64_t dv, const char *what) {
     GLM53_TRY(cuda_smem_optin(cb, (const void *)kda_chunk_intra_kernel,
                               (size_t)kda_intra_smem_floats(dk) * sizeof(float), what));
+    if (cb->kda_intra_mma && kda_intra_mma_fits(dk, dv))
+        GLM53_TRY(cuda_smem_optin(cb, (const void *)kda_chunk_intra_mma_kernel,
+                                  (size_t)kda_intra_smem_floats(dk) * sizeof(float), what));
     return cuda_smem_optin(cb, (const void *)kda_chunk_inter_kernel, (size_t)kda_inter_smem_floats(dk) * sizeof(float),
                            what);
 }
@@ -1007,8 +1303,9 @@ static glm53_status kda_chunked_launch(cuda_backend *cb, act_out o, act_in q, ac
                                        const float *beta, const kda_rec_seq *seqs, int n, int64_t H, int64_t dk,
                                        int64_t dv, const char *what) {
     const kda_chunk_layout lay = kda_chunk_layout_of(dk, dv);
-    GLM53_TRY(kda_chunked_optin(cb, dk, what));
-    const size_t intra_smem = (size_t)kda_intra_smem_floats(dk) * sizeof(float);
+    GLM53_TRY(kda_chunked_optin(cb, dk, dv, what));
+    const size_t intra_smem = (size_t)kda_intra_smem_floats(dk) * sizeof(float);   /* either intra kernel's */
+    const bool intra_mma = cb->kda_intra_mma && kda_intra_mma_fits(dk, dv);
     const size_t inter_smem = (size_t)kda_inter_smem_floats(dk) * sizeof(float);
     int64_t total = 0;
     for (int i = 0; i < n; i++) {
@@ -1030,9 +1327,16 @@ static glm53_status kda_chunked_launch(cuda_backend *cb, act_out o, act_in q, ac
     const auto launch_piece = [&]() -> glm53_status {
         const float *carry_in = carries ? carry + ((piece + 1) & 1) * state_floats : nullptr;
         float *carry_out = carries ? carry + (piece & 1) * state_floats : nullptr;
-        CUDA_TRY(cuda_launch(cb, kda_chunk_intra_kernel, dim3((unsigned)widest, (unsigned)H, (unsigned)entries),
-                             KDA_INTRA_THREADS, intra_smem, cb->pdl, q, k, v, g, beta, table, chunks, H, dk, dv));
-        CUDA_LAUNCHED("kda_recurrent chunked (intra)");
+        const dim3 intra_grid((unsigned)widest, (unsigned)H, (unsigned)entries);
+        if (intra_mma) {
+            CUDA_TRY(cuda_launch(cb, kda_chunk_intra_mma_kernel, intra_grid, KDA_INTRA_THREADS, intra_smem, cb->pdl, q,
+                                 k, v, g, beta, table, chunks, H, dk, dv));
+            CUDA_LAUNCHED("kda_recurrent chunked (intra, mma)");
+        } else {
+            CUDA_TRY(cuda_launch(cb, kda_chunk_intra_kernel, intra_grid, KDA_INTRA_THREADS, intra_smem, cb->pdl, q, k,
+                                 v, g, beta, table, chunks, H, dk, dv));
+            CUDA_LAUNCHED("kda_recurrent chunked (intra)");
+        }
         const dim3 grid((unsigned)H, (unsigned)((dv + KDA_INTER_COLS - 1) / KDA_INTER_COLS), (unsigned)entries);
         CUDA_TRY(cuda_launch(cb, kda_chunk_inter_kernel, grid, KDA_INTER_THREADS, inter_smem, cb->pdl, o, k, g, table,
                              (const float *)chunks, carry_in, carry_out, H, dk, dv));
@@ -1160,7 +1464,7 @@ glm53_status cuda_kda_sequences(glm53_backend *be, glm53_tensor *o, const glm53_
     if (cb->kda_chunked && kda_chunked_fits(dk, dv))
         for (int32_t i = 0; i < n_seqs; i++)
             if (seqs[i].n_rows >= KDA_CHUNKED_MIN_ROWS) {
-                GLM53_TRY(kda_chunked_optin(cb, dk, "kda_sequences"));
+                GLM53_TRY(kda_chunked_optin(cb, dk, dv, "kda_sequences"));
                 break;
             }
     if (N == 0 || n_seqs == 0) return GLM53_OK;

@@ -1410,6 +1410,7 @@ static void check_kda_sequences(int64_t H, int64_t dk, int64_t dv, int64_t K, in
  * every few chunks). The checks below run with `gpu` pointed at one of them. */
 enum { KDA_TEST_PIECE = 8 };
 static glm53_backend *gpu_token;      /* the token kernel's backend (GLM53_CUDA_KDA_CHUNKED=0) in the chunked checks */
+static glm53_backend *gpu_intra_f32;  /* the F32 intra kernel's backend while `gpu` has GLM53_CUDA_KDA_INTRA_MMA=1 */
 
 typedef enum { KDA_GATE_MIXED, KDA_GATE_STRONG, KDA_GATE_WEAK } kda_gate;
 static const char *const kda_gate_name[] = {"mixed", "strong", "weak"};
@@ -1463,6 +1464,19 @@ static void check_kda_chunked(int64_t H, int64_t dk, int64_t dv, int64_t T, int 
         TRY(count_differing(o.g, o_token, &differing));
         record_taken(differing, "every value equals the token kernel's: the chunked path did not run");
     }
+    /* on the tensor-core intra kernel's backend, where it takes the widths (kda.cu's kda_intra_mma_fits): other bits
+     * than the F32 intra kernel's (the products are 3xTF32 MMAs), or the MMA form did not run */
+    if (!self_test && dt == F32 && gpu_intra_f32 && dk % 8 == 0 && dk <= 128 && dv % 8 == 0) {
+        glm53_tensor *o_f32 = NULL, *states_f32 = NULL;
+        TRY(gpu->ops->sync(gpu));
+        TRY(tensor_from(gpu_intra_f32, &states_f32, F32, sv, SHAPE(ring, H, dk, dv)));
+        TRY(tensor_out(gpu_intra_f32, &o_f32, gpu_dtype(dt), SHAPE(T, H, dv)));
+        TRY(gpu_intra_f32->ops->kda_recurrent(gpu_intra_f32, o_f32, q.g, k.g, v.g, g.g, beta.g, states_f32, slots.g));
+        TRY(gpu_intra_f32->ops->sync(gpu_intra_f32));
+        int64_t differing = 0;
+        TRY(count_differing(o.g, o_f32, &differing));
+        record_taken(differing, "every value equals the F32 intra kernel's: the tensor-core intra form did not run");
+    }
 done:
     check_end();
 }
@@ -1497,13 +1511,38 @@ static glm53_backend *switched_backend(const char *op, int n, const char *const 
     return be;
 }
 
-/* A backend with GLM53_CUDA_KDA_CHUNKED=`chunked` ("1" or "0") and, piece > 0, pieces of that many chunk-heads. */
-static glm53_backend *kda_switch_backend(const char *chunked, int piece) {
+/* A backend with GLM53_CUDA_KDA_CHUNKED=`chunked` and GLM53_CUDA_KDA_INTRA_MMA=`intra_mma` ("1" or "0") and,
+ * piece > 0, pieces of that many chunk-heads. */
+static glm53_backend *kda_switch_backend(const char *chunked, int piece, const char *intra_mma) {
     char piece_s[24];
     snprintf(piece_s, sizeof piece_s, "%d", piece);
-    const char *names[2] = {"GLM53_CUDA_KDA_CHUNKED", "GLM53_CUDA_KDA_CHUNK_PIECE"};
-    const char *values[2] = {chunked, piece > 0 ? piece_s : NULL};
-    return switched_backend("kda_recurrent chunked", 2, names, values);
+    const char *names[3] = {"GLM53_CUDA_KDA_CHUNKED", "GLM53_CUDA_KDA_CHUNK_PIECE", "GLM53_CUDA_KDA_INTRA_MMA"};
+    const char *values[3] = {chunked, piece > 0 ? piece_s : NULL, intra_mma};
+    return switched_backend("kda_recurrent chunked", 3, names, values);
+}
+
+/* The chunked checks on `gpu` (a backend with the chunked form on), with default pieces ... */
+static void kda_chunked_cases(void) {
+    for (int dt = F32; dt <= BF16; dt++) {
+        check_kda_chunked(4, 16, 16, 64, dt, KDA_GATE_MIXED, 0);     /* two whole chunks */
+        check_kda_chunked(4, 16, 16, 65, dt, KDA_GATE_STRONG, 7);    /* a last chunk of one row; states inside chunks */
+        check_kda_chunked(4, 16, 16, 200, dt, KDA_GATE_WEAK, 23);
+        check_kda_chunked(4, 16, 16, 1000, dt, KDA_GATE_STRONG, 0);
+        check_kda_chunked(4, 16, 16, 1000, dt, KDA_GATE_MIXED, 61);
+        check_kda_chunked(2, 128, 128, 200, dt, KDA_GATE_MIXED, 37);  /* the model's head */
+        check_kda_chunked(2, 128, 128, 100, dt, KDA_GATE_STRONG, 0);
+        check_kda_chunked(3, 20, 132, 70, dt, KDA_GATE_MIXED, 5);     /* dk 20: a part-empty row group; 3 column blocks */
+        check_kda_chunked(3, 32, 72, 70, dt, KDA_GATE_MIXED, 5);      /* dk != dv, both multiples of 8: the MMA form's */
+        check_kda_sequences_rows(4, 16, 16, 4, dt, true);              /* chunked and token sequences in one call */
+        check_kda_sequences_rows(2, 128, 128, 4, dt, true);
+    }
+}
+
+/* ... and with pieces of KDA_TEST_PIECE chunk-heads: 2 chunks a piece at 4 heads, states carried. */
+static void kda_chunked_piece_cases(void) {
+    check_kda_chunked(4, 16, 16, 200, F32, KDA_GATE_MIXED, 23);
+    check_kda_chunked(4, 16, 16, 1000, BF16, KDA_GATE_STRONG, 61);
+    check_kda_sequences_rows(4, 16, 16, 4, F32, true);              /* sequences cut across pieces */
 }
 
 /* --- KPool indexer ---------------------------------------------------------------------------------------- */
@@ -2069,34 +2108,30 @@ static void group_kda(void) {
         check_kda_sequences(8, 128, 128, 4, dt);  /* the model's head size */
     }
 
-    /* The chunked recurrence, on backends made with it on, against the token kernel on one made with it off. */
+    /* The chunked recurrence, on backends made with it on, against the token kernel on one made with it off; then
+     * all of it again with the intra kernel on tensor cores (GLM53_CUDA_KDA_INTRA_MMA=1, the same tolerances),
+     * against the F32 intra kernel's bits ("taken"). */
     glm53_backend *const main_gpu = gpu;
-    glm53_backend *chunked = kda_switch_backend("1", 0), *pieces = kda_switch_backend("1", KDA_TEST_PIECE);
-    gpu_token = kda_switch_backend("0", 0);
-    if (!chunked || !pieces || !gpu_token) goto released;
+    glm53_backend *chunked = kda_switch_backend("1", 0, "0"), *pieces = kda_switch_backend("1", KDA_TEST_PIECE, "0");
+    glm53_backend *mma = kda_switch_backend("1", 0, "1"), *mma_pieces = kda_switch_backend("1", KDA_TEST_PIECE, "1");
+    gpu_token = kda_switch_backend("0", 0, "0");
+    if (!chunked || !pieces || !mma || !mma_pieces || !gpu_token) goto released;
     gpu = chunked;
-    for (int dt = F32; dt <= BF16; dt++) {
-        check_kda_chunked(4, 16, 16, 64, dt, KDA_GATE_MIXED, 0);     /* two whole chunks */
-        check_kda_chunked(4, 16, 16, 65, dt, KDA_GATE_STRONG, 7);    /* a last chunk of one row; states inside chunks */
-        check_kda_chunked(4, 16, 16, 200, dt, KDA_GATE_WEAK, 23);
-        check_kda_chunked(4, 16, 16, 1000, dt, KDA_GATE_STRONG, 0);
-        check_kda_chunked(4, 16, 16, 1000, dt, KDA_GATE_MIXED, 61);
-        check_kda_chunked(2, 128, 128, 200, dt, KDA_GATE_MIXED, 37);  /* the model's head */
-        check_kda_chunked(2, 128, 128, 100, dt, KDA_GATE_STRONG, 0);
-        check_kda_chunked(3, 20, 132, 70, dt, KDA_GATE_MIXED, 5);     /* dk 20: a part-empty row group; 3 column blocks */
-        check_kda_sequences_rows(4, 16, 16, 4, dt, true);              /* chunked and token sequences in one call */
-        check_kda_sequences_rows(2, 128, 128, 4, dt, true);
-    }
-    gpu = pieces;   /* pieces of KDA_TEST_PIECE chunk-heads: 2 chunks a piece at 4 heads, states carried */
-    check_kda_chunked(4, 16, 16, 200, F32, KDA_GATE_MIXED, 23);
-    check_kda_chunked(4, 16, 16, 1000, BF16, KDA_GATE_STRONG, 61);
-    check_kda_sequences_rows(4, 16, 16, 4, F32, true);              /* sequences cut across pieces */
+    kda_chunked_cases();
+    gpu = pieces;
+    kda_chunked_piece_cases();
+    gpu_intra_f32 = chunked;
+    gpu = mma;
+    kda_chunked_cases();
+    gpu = mma_pieces;
+    kda_chunked_piece_cases();
 released:
     gpu = main_gpu;
-    if (chunked) chunked->ops->destroy(chunked);
-    if (pieces) pieces->ops->destroy(pieces);
+    glm53_backend *const made[4] = {chunked, pieces, mma, mma_pieces};
+    for (int i = 0; i < 4; i++)
+        if (made[i]) made[i]->ops->destroy(made[i]);
     if (gpu_token) gpu_token->ops->destroy(gpu_token);
-    gpu_token = NULL;
+    gpu_token = gpu_intra_f32 = NULL;
 }
 
 static void group_indexer(void) {
