@@ -1415,6 +1415,25 @@ static glm53_backend *gpu_intra_f32;  /* the F32 intra kernel's backend while `g
 typedef enum { KDA_GATE_MIXED, KDA_GATE_STRONG, KDA_GATE_WEAK } kda_gate;
 static const char *const kda_gate_name[] = {"mixed", "strong", "weak"};
 
+/* check_kda_chunked's "taken" rows: the same call (F32 outputs) on backend `other`, from its own copy of the
+ * initial states sv [ring, H, dk, dv]; some value must differ in its bits from `gpu`'s output o [T, H, dv], or
+ * `gpu`'s path did not run (`what`). */
+static glm53_status kda_record_taken(glm53_backend *other, const glm53_tensor *o, const tpair *q, const tpair *k,
+                                     const tpair *v, const tpair *g, const tpair *beta, const tpair *slots,
+                                     const float *sv, int64_t ring, int64_t T, int64_t H, int64_t dk, int64_t dv,
+                                     const char *what) {
+    glm53_tensor *o_other = NULL, *states_other = NULL;
+    GLM53_TRY(gpu->ops->sync(gpu));   /* the two backends run on different streams of the one device */
+    GLM53_TRY(tensor_from(other, &states_other, F32, sv, SHAPE(ring, H, dk, dv)));
+    GLM53_TRY(tensor_out(other, &o_other, F32, SHAPE(T, H, dv)));
+    GLM53_TRY(other->ops->kda_recurrent(other, o_other, q->g, k->g, v->g, g->g, beta->g, states_other, slots->g));
+    GLM53_TRY(other->ops->sync(other));
+    int64_t differing = 0;
+    GLM53_TRY(count_differing(o, o_other, &differing));
+    record_taken(differing, what);
+    return GLM53_OK;
+}
+
 /* The chunked recurrence against the CPU op: gates mixed (the lower-bound gate -5 sigmoid(x)), strong (the bound
  * -5 itself on 40 of every 50 rows) or weak (in (-1e-3, 0]); states kept after every snap_every-th row from row 3
  * on (so inside chunks) and after the last. Then the same call on gpu_token (the token kernel): some value must
@@ -1423,7 +1442,6 @@ static void check_kda_chunked(int64_t H, int64_t dk, int64_t dv, int64_t T, int 
     check_begin("kda_recurrent chunked", dt_name(dt), "H %lld dk %lld dv %lld T %lld %s%s", (long long)H,
                 (long long)dk, (long long)dv, (long long)T, kda_gate_name[gate], snap_every ? " snaps" : "");
     tpair q = {0}, k = {0}, v = {0}, g = {0}, beta = {0}, o = {0}, states = {0}, slots = {0};
-    glm53_tensor *o_token = NULL, *states_token = NULL;
     NEED(kda_recurrent);
     const int64_t rows = T * H;
     float *qv, *kv;
@@ -1455,27 +1473,13 @@ static void check_kda_chunked(int64_t H, int64_t dk, int64_t dv, int64_t T, int 
     /* the same call through the token kernel: other bits (F32 outputs only: BF16's rounding can hide the reordered
      * sums, as it did at T 64 on the H100) */
     if (!self_test && dt == F32) {
-        TRY(gpu->ops->sync(gpu));   /* the two backends run on different streams of the one device */
-        TRY(tensor_from(gpu_token, &states_token, F32, sv, SHAPE(ring, H, dk, dv)));
-        TRY(tensor_out(gpu_token, &o_token, gpu_dtype(dt), SHAPE(T, H, dv)));
-        TRY(gpu_token->ops->kda_recurrent(gpu_token, o_token, q.g, k.g, v.g, g.g, beta.g, states_token, slots.g));
-        TRY(gpu_token->ops->sync(gpu_token));
-        int64_t differing = 0;
-        TRY(count_differing(o.g, o_token, &differing));
-        record_taken(differing, "every value equals the token kernel's: the chunked path did not run");
-    }
-    /* on the tensor-core intra kernel's backend, where it takes the widths (kda.cu's kda_intra_mma_fits): other bits
-     * than the F32 intra kernel's (the products are 3xTF32 MMAs), or the MMA form did not run */
-    if (!self_test && dt == F32 && gpu_intra_f32 && dk % 8 == 0 && dk <= 128 && dv % 8 == 0) {
-        glm53_tensor *o_f32 = NULL, *states_f32 = NULL;
-        TRY(gpu->ops->sync(gpu));
-        TRY(tensor_from(gpu_intra_f32, &states_f32, F32, sv, SHAPE(ring, H, dk, dv)));
-        TRY(tensor_out(gpu_intra_f32, &o_f32, gpu_dtype(dt), SHAPE(T, H, dv)));
-        TRY(gpu_intra_f32->ops->kda_recurrent(gpu_intra_f32, o_f32, q.g, k.g, v.g, g.g, beta.g, states_f32, slots.g));
-        TRY(gpu_intra_f32->ops->sync(gpu_intra_f32));
-        int64_t differing = 0;
-        TRY(count_differing(o.g, o_f32, &differing));
-        record_taken(differing, "every value equals the F32 intra kernel's: the tensor-core intra form did not run");
+        TRY(kda_record_taken(gpu_token, o.g, &q, &k, &v, &g, &beta, &slots, sv, ring, T, H, dk, dv,
+                             "every value equals the token kernel's: the chunked path did not run"));
+        /* on the tensor-core intra kernel's backend, where it takes the widths (kda.cu's kda_intra_mma_fits): other
+         * bits than the F32 intra kernel's (the products are 3xTF32 MMAs), or the MMA form did not run */
+        if (gpu_intra_f32 && dk % 8 == 0 && dk <= 128 && dv % 8 == 0)
+            TRY(kda_record_taken(gpu_intra_f32, o.g, &q, &k, &v, &g, &beta, &slots, sv, ring, T, H, dk, dv,
+                                 "every value equals the F32 intra kernel's: the tensor-core intra form did not run"));
     }
 done:
     check_end();
