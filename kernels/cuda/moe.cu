@@ -711,10 +711,11 @@ static glm53_status moe_experts_grouped(glm53_backend *be, glm53_tensor *y, cons
  *   - where every expert is FP8 with 128 x 128 scale blocks, D and the widths are multiples of 128 and
  *     GLM53_CUDA_GROUPED_WGMMA is on, gemm_wgmma.cuh's wgmma tile: folded (the block scales multiplied into the
  *     converted codes, the weights' BF16 the cuBLAS fallback's dequantise gives; two blocks a multiprocessor) where
- *     GLM53_CUDA_GROUPED_FOLDED is on (the default since the H100 run of 2026-12-07 22:05), else the promoted one (exact codes,
- *     F32 sums times the scale per 128 k, one block a multiprocessor). The folded tile has 128 rows, or 64 (one warpgroup) when the chunk's slots average
- *     fewer than GROUPED_SMALL_TILE_ROWS an expert: a 2,048-token chunk of a chunked prefill gives about 57
- *     rows an expert at 288 experts, top 8, which would leave the 128-row tile half empty;
+ *     GLM53_CUDA_GROUPED_FOLDED is on (the default since the H100 run of 2026-12-07 22:05), else the promoted
+ *     one (exact codes, F32 sums times the scale per 128 k, one block a multiprocessor). The folded tile has 128
+ *     rows, or 64 (one warpgroup) when the chunk's slots average fewer than GROUPED_SMALL_TILE_ROWS an expert: a
+ *     2,048-token chunk of a chunked prefill gives about 57 rows an expert at 288 experts, top 8, which would
+ *     leave the 128-row tile half empty;
  *   - else gemm_mma.cuh's (64 rows, mma.sync; FP8 or BF16 weights).
  * The grid's m-tile dimension is the bound slots / tile rows + E; blocks past the real count return at once. No host
  * synchronisation, six launches and two memsets per chunk whatever the number of experts, each expert's weights

@@ -177,8 +177,8 @@ static float time_variant(cudaStream_t stream, const bench_data &b) {
 static double check(const bench_data &b, const std::vector<int32_t> &row_of, const std::vector<float> &gs,
                     const std::vector<float> &us, bool folded) {
     const auto weight = [folded](uint8_t code, float scale) {
-        const float w = host_e4m3(code) * scale;
-        return folded ? (double)__bfloat162float(__float2bfloat16_rn(w)) : (double)host_e4m3(code) * scale;
+        return folded ? (double)__bfloat162float(__float2bfloat16_rn(host_e4m3(code) * scale))   /* F32, then BF16 */
+                      : (double)host_e4m3(code) * scale;
     };
     std::vector<__nv_bfloat16> h((size_t)EXPERTS * b.rows * F);
     CK(cudaMemcpy(h.data(), b.h, h.size() * sizeof(__nv_bfloat16), cudaMemcpyDeviceToHost));
