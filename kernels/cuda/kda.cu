@@ -428,6 +428,66 @@ __device__ inline void kda_tril_apply(float *out, int64_t stride, const float *T
     }
 }
 
+/* Both intra kernels' T = (I + Diag(beta) A)^-1 by forward substitution, lane r of one warp owning column r in
+ * registers: T[t][r] = -beta_t sum_{s<t} A[t][s] T[s][r] (T[s][r] = 0 for s < r, so the sum runs from r in
+ * effect); then Tb = T Diag(beta) into s_Tb. A, Tb [KDA_CHUNK][M], beta [KDA_CHUNK] in shared memory; the sums of
+ * a row overlap the previous row's. */
+__device__ __forceinline__ void kda_forward_substitution(const float *s_A, const float *s_beta, float *s_Tb, int64_t M,
+                                                         int r) {
+    float tc[KDA_CHUNK];
+#pragma unroll
+    for (int t = 0; t < KDA_CHUNK; t++) {
+        float acc = 0.0f;
+#pragma unroll
+        for (int s = 0; s < t; s++) acc = fmaf(s_A[t * M + s], tc[s], acc);
+        tc[t] = t < r ? 0.0f : t == r ? 1.0f : -s_beta[t] * acc;
+    }
+    const float br = s_beta[r];
+#pragma unroll
+    for (int t = 0; t < KDA_CHUNK; t++) s_Tb[t * M + r] = tc[t] * br;
+}
+
+/* Both intra kernels' first phase. Sub-chunk `half` of the rows, by key channel i (coalesced over i), zero past n;
+ * P the running sum of g from the sub-chunk's first row; then this channel of the factored block: half 0 the
+ * ks0 = k_s exp(g_{s+1} + ... + g_15) (s < 16), half 1 the kt1 = k_t exp(P_t) and qt1 = q_t exp(P_t) (t >= 16);
+ * beta; A and Mqk ([KDA_CHUNK][M] each from s_A) zeroed. Each thread reads back only what it wrote; the caller's
+ * barrier follows. Shared rows of dkp floats: k, q, g, P [KDA_CHUNK], kt1, qt1, ks0 [KDA_SUB]. */
+__device__ __forceinline__ void kda_intra_stage(act_in q, act_in k, const float *g, const float *beta,
+                                                const kda_chunk_seq &sq, int64_t t0, int n, int64_t h, int64_t H,
+                                                int64_t dk, int64_t dkp, int64_t M, int tid, int half, int i,
+                                                float *s_k, float *s_q, float *s_g, float *s_P, float *kt1, float *qt1,
+                                                float *ks0, float *s_A, float *s_beta) {
+    if (i < dk) {
+        float P = 0.0f;
+        for (int r = 0; r < KDA_SUB; r++) {
+            const int t = half * KDA_SUB + r;
+            const int64_t at = ((sq.row0 + t0 + t) * H + h) * dk + i;
+            const bool in = t < n;
+            const float gv = in ? g[at] : 0.0f;
+            P = (r > 0 ? P : 0.0f) + gv;
+            s_k[t * dkp + i] = in ? k[at] : 0.0f;
+            s_q[t * dkp + i] = in ? q[at] : 0.0f;
+            s_g[t * dkp + i] = gv;
+            s_P[t * dkp + i] = P;
+        }
+        if (half == 0) {
+            float after = 0.0f;
+            for (int s = KDA_SUB - 1; s >= 0; s--) {
+                ks0[s * dkp + i] = s_k[s * dkp + i] * expf(after);
+                after += s_g[s * dkp + i];
+            }
+        } else {
+            for (int t = 0; t < KDA_SUB; t++) {
+                const float e = expf(s_P[(KDA_SUB + t) * dkp + i]);
+                kt1[t * dkp + i] = s_k[(KDA_SUB + t) * dkp + i] * e;
+                qt1[t * dkp + i] = s_q[(KDA_SUB + t) * dkp + i] * e;
+            }
+        }
+    }
+    if (tid < KDA_CHUNK) s_beta[tid] = tid < n ? beta[(sq.row0 + t0 + tid) * H + h] : 0.0f;
+    for (int e = tid; e < 2 * KDA_CHUNK * M; e += blockDim.x) s_A[e] = 0.0f;   /* A and Mqk: zero above the diagonal */
+}
+
 /* grid (chunks of the piece's longest entry, H, entries), KDA_INTRA_THREADS threads, kda_intra_smem_floats(dk)
  * floats of dynamic shared memory (two blocks a multiprocessor: 16 warps). q, k [N,H,dk], v [N,H,dv] activations,
  * g [N,H,dk], beta [N,H] F32; scratch [chunks of the piece][H][kda_chunk_layout.size] F32. The arithmetic of
@@ -461,39 +521,8 @@ kda_chunk_intra_kernel(act_in q, act_in k, act_in v, const float *g, const float
     float *s_A = ks0 + KDA_SUB * dkp, *s_M = s_A + KDA_CHUNK * M, *s_Tb = s_M + KDA_CHUNK * M;
     float *s_beta = s_Tb + KDA_CHUNK * M;
 
-    /* Sub-chunk `half` of the rows, by key channel (coalesced over i), zero past n; P the running sum of g from
-     * the sub-chunk's first row; then this channel of the factored block: half 0 the
-     * ks0 = k_s exp(g_{s+1} + ... + g_15) (s < 16), half 1 the kt1 = k_t exp(P_t) and qt1 = q_t exp(P_t) (t >= 16).
-     * Each thread reads back only what it wrote. */
-    if (i < dk) {
-        float P = 0.0f;
-        for (int r = 0; r < KDA_SUB; r++) {
-            const int t = half * KDA_SUB + r;
-            const int64_t at = ((sq.row0 + t0 + t) * H + h) * dk + i;
-            const bool in = t < n;
-            const float gv = in ? g[at] : 0.0f;
-            P = (r > 0 ? P : 0.0f) + gv;
-            s_k[t * dkp + i] = in ? k[at] : 0.0f;
-            s_q[t * dkp + i] = in ? q[at] : 0.0f;
-            s_g[t * dkp + i] = gv;
-            s_P[t * dkp + i] = P;
-        }
-        if (half == 0) {
-            float after = 0.0f;
-            for (int s = KDA_SUB - 1; s >= 0; s--) {
-                ks0[s * dkp + i] = s_k[s * dkp + i] * expf(after);
-                after += s_g[s * dkp + i];
-            }
-        } else {
-            for (int t = 0; t < KDA_SUB; t++) {
-                const float e = expf(s_P[(KDA_SUB + t) * dkp + i]);
-                kt1[t * dkp + i] = s_k[(KDA_SUB + t) * dkp + i] * e;
-                qt1[t * dkp + i] = s_q[(KDA_SUB + t) * dkp + i] * e;
-            }
-        }
-    }
-    if (tid < KDA_CHUNK) s_beta[tid] = tid < n ? beta[(sq.row0 + t0 + tid) * H + h] : 0.0f;
-    for (int e = tid; e < 2 * KDA_CHUNK * M; e += blockDim.x) s_A[e] = 0.0f;   /* A and Mqk: zero above the diagonal */
+    kda_intra_stage(q, k, g, beta, sq, t0, n, h, H, dk, dkp, M, tid, half, i, s_k, s_q, s_g, s_P, kt1, qt1, ks0, s_A,
+                    s_beta);
     __syncthreads();
 
     /* A[t][s] (s < t) and Mqk[t][s] (s <= t), a pair a thread, sums over the channels in order. Pairs p < 240:
@@ -546,22 +575,9 @@ kda_chunk_intra_kernel(act_in q, act_in k, act_in v, const float *g, const float
     }
     __syncthreads();
 
-    /* T = (I + Diag(beta) A)^-1 by forward substitution, lane r owning column r in registers:
-     * T[t][r] = -beta_t sum_{s<t} A[t][s] T[s][r] (T[s][r] = 0 for s < r, so the sum runs from r in effect);
-     * then Tb = T Diag(beta). One warp; the sums of a row overlap the previous row's. */
+    /* T and Tb by forward substitution: one warp */
     if (tid < KDA_CHUNK) {
-        const int r = tid;
-        float tc[KDA_CHUNK];
-#pragma unroll
-        for (int t = 0; t < KDA_CHUNK; t++) {
-            float acc = 0.0f;
-#pragma unroll
-            for (int s = 0; s < t; s++) acc = fmaf(s_A[t * M + s], tc[s], acc);
-            tc[t] = t < r ? 0.0f : t == r ? 1.0f : -s_beta[t] * acc;
-        }
-        const float br = s_beta[r];
-#pragma unroll
-        for (int t = 0; t < KDA_CHUNK; t++) s_Tb[t * M + r] = tc[t] * br;
+        kda_forward_substitution(s_A, s_beta, s_Tb, M, tid);
     }
     __syncthreads();
 
@@ -731,37 +747,9 @@ kda_chunk_intra_mma_kernel(act_in q, act_in k, act_in v, const float *g, const f
     float *s_beta = s_Tb + KDA_CHUNK * M;
     float *s_Kb = kt1;   /* exp(b) K [KDA_CHUNK][kbs], phases 3-4: over kt1, qt1, ks0 (48 rows of dkp >= 32 of kbs) */
 
-    /* Phase 1, the F32 kernel's: sub-chunk `half` of the rows by key channel, P its running sums of g, and this
-     * channel of the level-16 factors ks0 (half 0) and kt1, qt1 (half 1). */
-    if (i < dk) {
-        float P = 0.0f;
-        for (int r = 0; r < KDA_SUB; r++) {
-            const int t = half * KDA_SUB + r;
-            const int64_t at = ((sq.row0 + t0 + t) * H + h) * dk + i;
-            const bool in = t < n;
-            const float gv = in ? g[at] : 0.0f;
-            P = (r > 0 ? P : 0.0f) + gv;
-            s_k[t * dkp + i] = in ? k[at] : 0.0f;
-            s_q[t * dkp + i] = in ? q[at] : 0.0f;
-            s_g[t * dkp + i] = gv;
-            s_P[t * dkp + i] = P;
-        }
-        if (half == 0) {
-            float after = 0.0f;
-            for (int s = KDA_SUB - 1; s >= 0; s--) {
-                ks0[s * dkp + i] = s_k[s * dkp + i] * expf(after);
-                after += s_g[s * dkp + i];
-            }
-        } else {
-            for (int t = 0; t < KDA_SUB; t++) {
-                const float e = expf(s_P[(KDA_SUB + t) * dkp + i]);
-                kt1[t * dkp + i] = s_k[(KDA_SUB + t) * dkp + i] * e;
-                qt1[t * dkp + i] = s_q[(KDA_SUB + t) * dkp + i] * e;
-            }
-        }
-    }
-    if (tid < KDA_CHUNK) s_beta[tid] = tid < n ? beta[(sq.row0 + t0 + tid) * H + h] : 0.0f;
-    for (int e = tid; e < 2 * KDA_CHUNK * M; e += blockDim.x) s_A[e] = 0.0f;   /* A and Mqk: zero above the diagonal */
+    /* Phase 1: the F32 kernel's (kda_intra_stage). */
+    kda_intra_stage(q, k, g, beta, sq, t0, n, h, H, dk, dkp, M, tid, half, i, s_k, s_q, s_g, s_P, kt1, qt1, ks0, s_A,
+                    s_beta);
     __syncthreads();
 
     /* Phase 2: the pair tiles. Level 16 (warps 0-3): T rows 16 + 8 (w / 2) + fr (kt1, qt1), S rows 8 (w % 2) + fr
@@ -816,18 +804,7 @@ kda_chunk_intra_mma_kernel(act_in q, act_in k, act_in v, const float *g, const f
 
     if (warp == 0) {
         /* Phase 3, warp 0: T = (I + Diag(beta) A)^-1 by forward substitution, Tb = T Diag(beta): the F32 kernel's. */
-        const int r = lane;
-        float tc[KDA_CHUNK];
-#pragma unroll
-        for (int t = 0; t < KDA_CHUNK; t++) {
-            float acc = 0.0f;
-#pragma unroll
-            for (int s = 0; s < t; s++) acc = fmaf(s_A[t * M + s], tc[s], acc);
-            tc[t] = t < r ? 0.0f : t == r ? 1.0f : -s_beta[t] * acc;
-        }
-        const float br = s_beta[r];
-#pragma unroll
-        for (int t = 0; t < KDA_CHUNK; t++) s_Tb[t * M + r] = tc[t] * br;
+        kda_forward_substitution(s_A, s_beta, s_Tb, M, lane);
     } else if (warp < 4) {
         /* warps 1-3: Mqk to scratch */
         for (int e = tid - 32; e < KDA_CHUNK * KDA_CHUNK; e += 3 * 32)
