@@ -186,6 +186,17 @@ kpool_score_kernel(float *scores, act_in Q, const float *w, const float *pooled,
     }
 }
 
+/* The many-rows kernels' tile of scores that no row of the block has closed: rows tb .. tb + rows - 1 by pools
+ * g0 .. g0 + pools - 1 are -inf, without any arithmetic (rows past T and pools past G are not the block's).
+ * SCORE_THREADS threads. */
+__device__ inline void kpool_fill_unclosed(float *scores, int64_t tb, int rows, int64_t g0, int pools, int64_t T,
+                                           int64_t G) {
+    for (int i = threadIdx.x; i < rows * pools; i += SCORE_THREADS) {
+        const int64_t t = tb + i / pools, g = g0 + i % pools;
+        if (t < T && g < G) scores[t * G + g] = -INFINITY;
+    }
+}
+
 /* The many-rows form (prefill). The kernel above sums a head's dot product across the lanes of a warp and pays
  * five shuffles a head a pool: at 8,192 rows its two calls took 30 ms on the H100 against 1.2 ms of F32 FMAs.
  * Here a lane owns a pool and keeps every head's dot product in registers, so nothing is shuffled:
@@ -214,10 +225,7 @@ kpool_score_rows_kernel(float *scores, act_in Q, const float *w, const float *po
     int32_t most_closed = 0;
     for (int r = 0; r < nt; r++) most_closed = max(most_closed, n_closed[tb + r]);
     if (g0 >= most_closed) {
-        for (int i = threadIdx.x; i < nt * ROWS_POOLS; i += SCORE_THREADS) {
-            const int64_t g = g0 + i % ROWS_POOLS;
-            if (g < G) scores[(tb + i / ROWS_POOLS) * G + g] = -INFINITY;
-        }
+        kpool_fill_unclosed(scores, tb, nt, g0, ROWS_POOLS, T, G);
         return;
     }
     for (int64_t i = threadIdx.x; i < (int64_t)nt * HD; i += SCORE_THREADS) q_s[i] = Q[tb * HD + i];
@@ -346,10 +354,7 @@ kpool_score_mma_kernel(float *scores, const __nv_bfloat16 *Q, const float *w, co
     /* pools no row of the block has closed are -inf without any arithmetic */
     const bool row_closes_g0 = threadIdx.x < MMA_ROWS && tb + threadIdx.x < T && n_closed[tb + threadIdx.x] > g0;
     if (!__syncthreads_or(row_closes_g0)) {
-        for (int i = threadIdx.x; i < MMA_ROWS * MMA_POOLS; i += SCORE_THREADS) {
-            const int64_t t = tb + i / MMA_POOLS, gg = g0 + i % MMA_POOLS;
-            if (t < T && gg < G) scores[t * G + gg] = -INFINITY;
-        }
+        kpool_fill_unclosed(scores, tb, MMA_ROWS, g0, MMA_POOLS, T, G);
         return;
     }
     kpool_mma_stage_q(q_s, Q, tb, T, Hi, dI, 0);   /* head 0's Q flies while the keys are split */
