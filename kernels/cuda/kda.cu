@@ -677,8 +677,9 @@ kda_chunk_intra_kernel(act_in q, act_in k, act_in v, const float *g, const float
  * (against about 30 k for the F32 kernel), and no warp holds a 128-term chain. Expected 0.6-0.9 ms a layer (the
  * scratch writes' 0.4 ms floor plus the loads and T's serial chain that do not shrink), against 2.25 ms.
  * ptxas (sm_90a, nvcc 13.0, -O3, -Xptxas -v): 101 registers, 0 bytes stack, no spills, 1 barrier (the F32
- * kernel: 114), under the 128 that two blocks of 256 threads allow; 106,880 bytes of dynamic shared memory at
- * dk = 128, as the F32 kernel's (kda_intra_smem_floats).
+ * kernel: 112; 114 before the two shared their first phase and forward substitution), under the 128 that two
+ * blocks of 256 threads allow; 106,880 bytes of dynamic shared memory at dk = 128, as the F32 kernel's
+ * (kda_intra_smem_floats).
  */
 
 /* x as TF32 hi + lo (3xTF32): hi = tf32(x), lo = tf32(x - hi); x - hi is exact in F32. */
