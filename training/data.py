@@ -378,7 +378,7 @@ def retrieval_train_length(rng, max_tokens=None):
     return rng.randint(lo, hi)
 
 
-def gen_retrieval(rng, split="train", tokens=None, drills=True, max_tokens=None):
+def gen_retrieval(rng, split="train", tokens=None, drills=True, max_tokens=None, one_question=False):
     if tokens is None:
         tokens = retrieval_train_length(rng, max_tokens) if split == "train" else rng.choice(RETRIEVAL_HELDOUT_LENGTHS)
     n = max(3, int((tokens - RETRIEVAL_OVERHEAD_TOKENS) / RETRIEVAL_TOKENS_PER_LINE))
@@ -400,7 +400,8 @@ def gen_retrieval(rng, split="train", tokens=None, drills=True, max_tokens=None)
     # associative recall drill that small models learn lookup from (rounds 1-2 asked at most 8 codes,
     # comma-separated, and never learnt it).
     # Without drills (the tokenizer corpus) extra codes are always comma-separated, as in rounds 1-2.
-    extra = rng.choice([0, 0, 1, 2, 3, 5, 7]) if split == "train" else 0
+    # one_question (train.py --retrieval-one-question): training items ask one code, as the held-out items do
+    extra = rng.choice([0, 0, 1, 2, 3, 5, 7]) if split == "train" and not one_question else 0
     form = "one" if not extra else "drill" if drills and extra >= 3 else "some"
     if form == "drill":
         # the drill's question and answer lines (about 20 tokens a key) must fit the longest bucket (4160 tokens)

@@ -73,6 +73,8 @@ def parse_args(argv=None):
     ap.add_argument("--workers", type=int, default=max(1, min(15, (os.cpu_count() or 2) - 1)))
     ap.add_argument("--retrieval-max-tokens", type=int, help="training retrieval contexts at most this long "
                     "(an experiment's curriculum; held-out items unchanged)")
+    ap.add_argument("--retrieval-one-question", action="store_true", help="training retrieval items ask one code "
+                    "each, as the held-out items do (no multi-code questions, no drills: an experiment's curriculum)")
     ap.add_argument("--step-tokens", type=int, help="padded tokens per step (default 65536; smoke 8192)")
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--min-lr-frac", type=float, default=0.1)
@@ -170,6 +172,16 @@ def dry_run(a):
 # ----------------------------------------------------------------------------------------------------------
 # Batches
 # ----------------------------------------------------------------------------------------------------------
+
+def retrieval_train_opts(a):
+    """gen_retrieval's options for the training split from the command line (None: the defaults)."""
+    opts = {}
+    if a.retrieval_max_tokens:
+        opts["max_tokens"] = a.retrieval_max_tokens
+    if a.retrieval_one_question:
+        opts["one_question"] = True
+    return {"retrieval": opts} if opts else None
+
 
 class Batches:
     """Epochs of batches: items grouped by length bucket, step_tokens // bucket items per batch, shuffled."""
@@ -309,8 +321,7 @@ class Trainer:
         out = prep.prepare(a.run, counts, prep.VAL_COUNTS if a.size == "full" else
                            {k: max(4, v // 8) for k, v in prep.VAL_COUNTS.items()},
                            a.data_seed, mc.TOKENIZER_JSON, self.renderer, img_tok, n_img, MAX_LEN, a.workers, self.log,
-                           train_opts={"retrieval": {"max_tokens": a.retrieval_max_tokens}}
-                           if a.retrieval_max_tokens else None)
+                           train_opts=retrieval_train_opts(a))
         self.train_ds, self.val_ds = out["train"], out["val"]
         for name, ds in (("train", self.train_ds), ("val", self.val_ds)):
             desc = prep.describe(ds)
@@ -565,7 +576,12 @@ class Trainer:
             for g in self.opt.param_groups:
                 g["lr"] = self.lr_at(self.step)
             ts = time.time()
+            epoch = self.batches.epoch
             idx = self.batches.next()
+            if self.batches.epoch != epoch:   # every item seen once: from here on the model can memorise answers
+                self.log(f"data: epoch {self.batches.epoch + 1} begins at step {self.step}; the training items repeat "
+                         "from here (a falling training loss with a flat validation loss is memorisation: a larger "
+                         "--data-scale gives every step new items)")
             if a.profile_step and self.step - start_step == a.profile_step:
                 stats, padded = self.profiled_step(idx)
             else:

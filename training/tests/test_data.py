@@ -4,6 +4,7 @@ import filecmp
 import hashlib
 import json
 import os
+import random
 import re
 import tempfile
 import unittest
@@ -216,6 +217,17 @@ class TestRetrieval(unittest.TestCase):
                 self.assertEqual(len(asked), 1)
         forms = [it["meta"]["form"] for it in its if it["split"] == "train"]
         self.assertTrue({"one", "some", "drill"} <= set(forms), forms)
+
+    def test_one_question_training_items(self):
+        """train.py --retrieval-one-question: every training item asks one code, as held-out items do."""
+        rng = random.Random(7)
+        its = [D.gen_retrieval(rng, "train", max_tokens=256, one_question=True) for _ in range(200)]
+        self.assertEqual({it["meta"]["form"] for it in its}, {"one"})
+        for it in its:
+            user = it["messages"][0]["content"]
+            pairs = dict(re.findall(r"(?:The code of|The code for|Code of) ([A-Z]{3}-\d\d)(?: is|:) (\d{4})\.", user))
+            self.assertEqual(it["answer"], pairs[it["meta"]["query"]])
+            self.assertLessEqual(it["meta"]["target_tokens"], 256)
 
     def test_heldout_lengths(self):
         recs = D.heldout_items("retrieval", 10)
