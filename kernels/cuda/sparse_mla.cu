@@ -35,7 +35,8 @@
  * activations (kv_b dequantised to BF16 once a call when it is FP8: matmul's "dequantise then BF16 GEMM"; c
  * rounded to BF16 as the GEMM's input), in F32 for F32 activations. Between them, with BF16 activations, 64-head
  * groups and R = 512 (the model's), sparse_mla_flash_kernel computes c from qh in one kernel on tensor cores (its
- * section below); otherwise scores and pv as above and sparse_mla_combine_kernel (the out kernel's first half).
+ * section below; sparse_mla_flash16_kernel with GLM53_CUDA_MLA_FLASH16); otherwise scores and pv as above and
+ * sparse_mla_combine_kernel (the out kernel's first half).
  *
  * Up to MLA_GEMM_MIN_ROWS rows every reduction has a fixed order that depends on H, dk, dv, R and W only, never on
  * T or on the other rows, so a row's result is deterministic and the same in any batch of up to that many rows.
@@ -762,6 +763,300 @@ sparse_mla_flash_kernel(__nv_bfloat16 *c, const __nv_bfloat16 *qh, const __nv_bf
 }
 
 /* ------------------------------------------------------------------------------------------------------------
+ * The flash form on 16 warps (GLM53_CUDA_MLA_FLASH16, off by default until a GPU has run it). The kernel above
+ * keeps 128 accumulators a thread (a warp's 16 heads x 256 columns), so it runs at 227 registers, one block of 8
+ * warps a multiprocessor, and Nsight Compute finds it latency-bound (12.5% occupancy, 18% of issue slots busy,
+ * 143 TFLOP/s: 26.8 ms of a 197 ms prefill of 8,192 tokens on the H100). This one does the same block work with
+ * twice the warps, each with half the columns:
+ *
+ *   block (row t of the chunk, 64 heads), 512 threads = 16 warps: warp w takes head group hg = w % 4 (heads
+ *   16 hg .. +16, an MMA's rows) and column quarter qr = w / 4 (latent columns 128 qr .. +128). acc [16 n-tiles][4]
+ *   is 64 registers; the kernel fits __launch_bounds__(512, 1)'s 128 with no spills.
+ *
+ *   shared memory (FL16_SMEM = 213,568 bytes, opted in; one block a multiprocessor)
+ *     q_s     [64][512] BF16, fl_swizzle                    65,536   qh of the block's heads, cp.async once
+ *     tile_s  [3][32][512] BF16, fl_swizzle                 98,304   a ring of three latent tiles (cp.async)
+ *     part_s  [16 warps][4 n-tiles][32 lanes] float4        32,768   each warp's partial scores of the tile
+ *     ids_s   [FL16_MAX_W] int32                            16,384   the row's ids, -1 where invalid (< 0 or >= cap)
+ *     mask_s  [FL16_MAX_W / 32] uint32                         512   per tile, bit i: position 32 jt + i is valid
+ *     end_s   [16] int32                                        64   the warps' last selected positions
+ *
+ *   prologue  qh by cp.async; the row's ids into ids_s and mask_s (a fault recorded for an id >= cap as the kernel
+ *             above does: op, position t W + j, value, cap, by head tile 0; every such id lies below `end`, so
+ *             the same positions fault), `end` = one past the last id >= 0 from the same reads; a barrier; tiles
+ *             0 and 1 requested (two cp.async groups, qh in the first).
+ *   tile jt   cp.async.wait_group 1 (tile jt landed; tile jt + 1 stays in flight), barrier A (tile jt landed for
+ *             every thread; every warp is past tile jt - 1, so its buffer and part_s are free), request tile
+ *             jt + 2 into buffer (jt + 2) % 3 (a group every tile, empty past the end, so the wait's count holds);
+ *     scores  each warp: its 16 heads x 32 positions over its 128 columns (8 k-steps x 4 mma.sync m16n8k16, A by
+ *             ldmatrix from q_s, B from the tile), the partials to part_s, barrier B among the head group's four
+ *             warps (bar.sync 1 + hg, 128: only they exchange partials), then every warp of the group adds the
+ *             four quarters' partials as ((q0 + q1) + (q2 + q3)) (the code's order, with its own quarter from
+ *             registers, is the same pairs: see there), times scale, -inf where mask_s says invalid. The four
+ *             warps of a head group thus hold bit-identical scores, maxima, probabilities and l, so their column
+ *             quarters are one softmax.
+ *     softmax the kernel above's online softmax; the rescale of acc is skipped when the correction is exactly 1
+ *             for every lane of the warp (a vote: x * 1 = x, no bit changes).
+ *     values  each warp: acc [16 heads][its 128 columns] += P [16][32] V [32][128] (2 k-steps x 16 mma.sync, V by
+ *             ldmatrix.trans from the same tile).
+ *   c = acc / l (as acc * (1 / l), the kernel above's form; zeros where l = 0), BF16: heads 16 hg + g (+ 8),
+ *   columns 128 qr + 8 n + 2 qd.
+ *
+ * Why, per tile and multiprocessor: both kernels issue 1,024 mma.sync (here 16 warps x (32 scores + 32 values),
+ * there 8 x (64 + 64)) and 640 ldmatrix.x4 (320 KB of shared reads: 16 x (24 + 16) here, 8 x (48 + 32) there),
+ * and two barriers (here the second is a head group's, not the block's). This one adds 96 KB of shared reads
+ * (each warp reads three quarters' 2 KB of partial scores where there each read the other half's) and 16 KB of
+ * writes: 448 KB against 352 KB, about 3,500 cycles of shared-memory bandwidth against 2,750, with the MMAs at
+ * about 1,500 (mma.sync at two thirds of the tensor cores' rate). The kernel above takes about 6,800 cycles a
+ * tile (26.8 ms / (8,192 rows x ~60 tiles / 132 multiprocessors)), waiting on latencies; here twice the warps
+ * cover them, each score accumulator is a chain of 8 MMAs instead of 16, two tiles are in flight instead of one,
+ * and the tile loop reads no ids from global memory (the kernel above reads them twice a tile, in its critical
+ * path). Expected: bound by shared memory near 3,500-4,500 cycles a tile, 14-18 ms for the two layers instead of
+ * 26.8 (not yet measured).
+ * Against the brief it was written to: part_s is one buffer, not two. Barrier A of tile jt + 1 already separates
+ * the reads of tile jt's partials from the writes of tile jt + 1's, so a second buffer would only serve to merge
+ * A and B into one barrier (which needs the scores of tile jt + 1 before the values of tile jt, and so a fourth
+ * tile buffer for the same prefetch distance); and its 32 KB would leave room for 768 ids, fewer than the model's
+ * W (kpool_select's 512 x 4 + 3 = 2,051). FL16_MAX_W is 4,096 so that W fits with room; a longer list takes the
+ * kernel above (cuda_sparse_mla). The validity test reads mask_s (one word a tile) rather than ids_s: eight id
+ * loads a lane cost the registers that the 128-register bound could not spare (they spilled).
+ *
+ * Precision contract: the kernel above's (qh BF16, BF16 products summed in F32, the probabilities rounded to BF16
+ * for the value product, l summed in F32 before rounding, c in BF16), with the scores' sum over R in four quarters
+ * of 8 k-steps added as ((q0 + q1) + (q2 + q3)) instead of two halves of 16: it agrees with that kernel to F32
+ * rounding, not bit for bit. A row's result still depends only on its own qh, ids and latent rows (fixed order over
+ * tiles, k-steps and quarters), so it is the same in any chunk and any batch that takes this form. The tiles past
+ * the row's last selected position are skipped as there (the same argument).
+ */
+enum {
+    FL16_THREADS = 512,
+    FL16_STAGES = 3,      /* latent tiles in the ring */
+    FL16_MAX_W = 4096,    /* ids staged in shared memory (a longer list takes sparse_mla_flash_kernel) */
+};
+constexpr size_t FL16_Q_BYTES = (size_t)FL_HEADS * FL_R * 2, FL16_TILE_BYTES = (size_t)FL_POS * FL_R * 2,
+                 FL16_PART_BYTES = (size_t)(FL16_THREADS / 32) * 4 * 32 * sizeof(float4),
+                 FL16_IDS_BYTES = (size_t)FL16_MAX_W * 4, FL16_MASK_BYTES = (size_t)FL16_MAX_W / FL_POS * 4;
+constexpr size_t FL16_SMEM = FL16_Q_BYTES + FL16_STAGES * FL16_TILE_BYTES + FL16_PART_BYTES + FL16_IDS_BYTES +
+                             FL16_MASK_BYTES + (FL16_THREADS / 32) * 4;
+static_assert(FL16_SMEM <= 227 * 1024, "sparse_mla_flash16_kernel: shared memory past the H100's 227 KB");
+
+/* threadIdx.x, read where it is called (asm volatile: not merged with another read of it) */
+__device__ inline int fl16_tid() {
+    int t;
+    asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
+    return t;
+}
+/* Barrier 1 + hg among the 128 threads of head group hg's four warps (barrier 0 is __syncthreads') */
+__device__ inline void fl16_group_sync(int hg) { asm volatile("bar.sync %0, 128;" ::"r"(1 + hg) : "memory"); }
+/* cp.async and ldmatrix at a shared address (32 bits: fewer registers than generic pointers, which the 128-register
+ * bound needs) */
+__device__ inline void fl16_cp_async16(uint32_t dst, const void *src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+__device__ inline void fl16_ldmatrix_x4(uint32_t (&r)[4], uint32_t a) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+__device__ inline void fl16_ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t a) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+
+/* grid (nc, H / 64). qh [nc, H, 512] BF16 (the chunk's rows), latent [cap, 512] BF16, idx [T, W] (row t0 + t of
+ * the call, W <= FL16_MAX_W), c [nc, H, 512] BF16. */
+__global__ void __launch_bounds__(FL16_THREADS, 1)
+sparse_mla_flash16_kernel(__nv_bfloat16 *c, const __nv_bfloat16 *qh, const __nv_bfloat16 *latent,
+                          const int32_t *idx, int64_t t0, int64_t H, int64_t W, int64_t cap, float scale,
+                          cuda_fault *fault) {
+    cuda_pdl_begin();
+    extern __shared__ __align__(16) uint8_t fl16_smem[];
+    __nv_bfloat16 *q_s = (__nv_bfloat16 *)fl16_smem;                                    /* [64][512] swizzled */
+    __nv_bfloat16 *tile_s = q_s + FL_HEADS * FL_R;                                      /* [3][32][512] swizzled */
+    float4 *part_s = (float4 *)(tile_s + FL16_STAGES * FL_POS * FL_R);                  /* [16][4][32] */
+    int32_t *ids_s = (int32_t *)(part_s + (FL16_THREADS / 32) * 4 * 32);                /* [FL16_MAX_W] */
+    uint32_t *mask_s = (uint32_t *)(ids_s + FL16_MAX_W);                                /* [FL16_MAX_W / 32] */
+    int32_t *end_s = (int32_t *)(mask_s + FL16_MAX_W / FL_POS);                         /* [16] */
+    const uint32_t q_a = (uint32_t)__cvta_generic_to_shared(q_s), tile_a = (uint32_t)__cvta_generic_to_shared(tile_s);
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, qd = lane & 3;
+    const int hg = warp & 3, qr = warp >> 2, row0 = 16 * hg, col0 = 128 * qr;
+    const int64_t tl = blockIdx.x, t = t0 + tl, h0 = (int64_t)blockIdx.y * FL_HEADS;
+    const int32_t *ids = idx + t * W;   /* [W] */
+
+    /* qh rows of the block's heads: 64 x 64 chunks, 8 a thread (committed with tile 0) */
+    const __nv_bfloat16 *q_rows = qh + (tl * H + h0) * FL_R;   /* [64][512] */
+#pragma unroll
+    for (int i = 0; i < FL_HEADS * FL_CHUNKS / FL16_THREADS; i++) {
+        const int e = tid + FL16_THREADS * i, r = e / FL_CHUNKS, ch = e % FL_CHUNKS;
+        cuda_cp_async16(q_s + fl_swizzle(r, 8 * ch), q_rows + (int64_t)r * FL_R + 8 * ch, 16);
+    }
+
+    /* The row's ids, up to a whole tile past W (-1 there), and `end`: one past the last id >= 0 (one >= cap
+     * counts, as in the kernel above). */
+    const int w_pad = (int)((W + FL_POS - 1) / FL_POS * FL_POS);
+    int32_t end = 0;
+#pragma unroll 4
+    for (int j = tid; j < w_pad; j += FL16_THREADS) {
+        int32_t id = j < W ? ids[j] : -1;
+        if (id >= 0) end = j + 1;
+        if (id >= cap) {
+            if (blockIdx.y == 0) cuda_record_fault(fault, CUDA_FAULT_SPARSE_MLA, t * W + j, id, cap);
+            id = -1;
+        }
+        ids_s[j] = id;
+        const uint32_t valid = __ballot_sync(0xffffffffu, id >= 0);   /* the warp's 32 positions are tile j / 32 */
+        if (lane == 0) mask_s[j / FL_POS] = valid;
+    }
+    end = (int32_t)__reduce_max_sync(0xffffffffu, (uint32_t)end);
+    if (lane == 0) end_s[warp] = end;
+    __syncthreads();   /* ids_s, mask_s and end_s written */
+#pragma unroll
+    for (int w = 0; w < FL16_THREADS / 32; w++) end = max(end, end_s[w]);
+    const int n_tiles = end > FL_POS ? (end + FL_POS - 1) / FL_POS : 1;   /* at least tile 0 (in flight with qh) */
+
+    /* Tile jt's latent rows into ring buffer `buf`: 32 x 64 chunks, 4 a thread (chunk ch of rows r0, r0 + 8, r0 + 16,
+     * r0 + 24; r0 < 8, so one swizzle for the four); invalid positions read as zeros. The thread index is read anew
+     * (fl16_tid) so that what the gather derives from it is not held through the tile loop: held, it was spilled. */
+    const auto gather = [&](int jt, int buf) {
+        const int g_tid = fl16_tid(), g_r0 = g_tid / FL_CHUNKS, g_ch = g_tid % FL_CHUNKS;
+        const uint32_t g_dst = tile_a + 2 * fl_swizzle(g_r0, 8 * g_ch);
+#pragma unroll
+        for (int i = 0; i < FL_POS * FL_CHUNKS / FL16_THREADS; i++) {
+            const int32_t id = ids_s[FL_POS * jt + g_r0 + 8 * i];
+            const __nv_bfloat16 *src = latent + (id >= 0 ? (int64_t)id * FL_R + 8 * g_ch : 0);
+            fl16_cp_async16(g_dst + buf * (uint32_t)FL16_TILE_BYTES + i * 8 * FL_R * 2, src, id >= 0 ? 16 : 0);
+        }
+    };
+    gather(0, 0);
+    cuda_cp_async_commit();   /* group 0: qh and tile 0 */
+    if (n_tiles > 1) gather(1, 1);
+    cuda_cp_async_commit();   /* group 1: tile 1 (empty with one tile) */
+
+    float acc[16][4] = {};                     /* [n-tile of 8 columns][fragment]: heads g, g+8 of the group */
+    float m_run[2] = {-INFINITY, -INFINITY};   /* heads row0 + g, row0 + g + 8 */
+    float l_run[2] = {0.0f, 0.0f};             /* this lane's part of the sums (the quad's four added at the end) */
+    int buf = 0;                               /* jt % 3 */
+    /* The ldmatrix addresses. Lane l gives row l % 8 of matrix m = l / 8, and all three operands take matrix m at
+     * rows + 8 (m % 2), chunk + m / 2 of their 16 x 16 piece (16-byte chunks of 8 columns):
+     *   scores A  q_s rows row0 + 8 (m % 2) + l % 8, chunk 16 qr + 2 kk + m / 2   (heads; columns 128 qr + 16 kk ..)
+     *   scores B  tile rows 8 (m % 2) + l % 8 (+16), chunk 16 qr + 2 kk + m / 2   (positions; the same columns)
+     *   values B  tile rows 16 kk + 8 (m % 2) + l % 8, chunk 16 qr + n + m / 2     (transposed: positions are k)
+     * Every such row is l % 8 modulo 8 (its swizzle key sw), so chunk c lies at row * 1024 + ((c ^ sw) << 4) bytes,
+     * and c ^ sw = 16 qr + ((2 kk or n) ^ (m / 2 ^ sw)): one lane offset `lo` for all three (plus the operand's
+     * rows) and an XOR with a constant a step. For scores B this makes matrices 0, 1 positions 0-7, 8-15 at the
+     * k-step's low columns and 2, 3 at its high ones: n-tile 0 takes registers 0 and 2, n-tile 1 registers 1 and 3. */
+    const int m = lane >> 3, sw = lane & 7;
+    const uint32_t lo = (8 * (m & 1) + sw) * FL_R * 2 + 256 * qr, lx = ((m >> 1) ^ sw) << 4;
+    const uint32_t a_row = q_a + row0 * FL_R * 2 + lo;
+    for (int jt = 0; jt < n_tiles; jt++) {
+        cuda_cp_async_wait<1>();
+        __syncthreads();   /* A: tile jt landed for every thread; every warp is done with tile jt - 1 and part_s */
+        const int next = buf == 0 ? FL16_STAGES - 1 : buf - 1;   /* (jt + 2) % 3: tile jt - 1's buffer */
+        if (jt + 2 < n_tiles) gather(jt + 2, next);
+        cuda_cp_async_commit();
+        const uint32_t tile = tile_a + buf * (uint32_t)FL16_TILE_BYTES;   /* [32][512] swizzled, a shared address */
+
+        /* partial scores over this warp's quarter of R: s[n][.] for positions 8n + 2qd + {0,1}, heads g and g + 8 */
+        float s[4][4] = {};
+#pragma unroll
+        for (int kk = 0; kk < 8; kk++) {
+            uint32_t a[4], b01[4], b23[4];
+            fl16_ldmatrix_x4(a, a_row + ((32 * kk) ^ lx));
+            fl16_ldmatrix_x4(b01, tile + lo + ((32 * kk) ^ lx));
+            fl16_ldmatrix_x4(b23, tile + lo + 16 * FL_R * 2 + ((32 * kk) ^ lx));
+            gemv_mma_16816(s[0], a[0], a[1], a[2], a[3], b01[0], b01[2]);
+            gemv_mma_16816(s[1], a[0], a[1], a[2], a[3], b01[1], b01[3]);
+            gemv_mma_16816(s[2], a[0], a[1], a[2], a[3], b23[0], b23[2]);
+            gemv_mma_16816(s[3], a[0], a[1], a[2], a[3], b23[1], b23[3]);
+        }
+#pragma unroll
+        for (int n = 0; n < 4; n++) part_s[(warp * 4 + n) * 32 + lane] = make_float4(s[n][0], s[n][1], s[n][2], s[n][3]);
+        fl16_group_sync(hg);   /* B: the head group's four quarters stored */
+
+        /* The four quarters added as ((q0 + q1) + (q2 + q3)), written ((own + q[qr ^ 1]) + (q[qr ^ 2] + q[qr ^ 3])):
+         * the same pairs, and a + b rounds as b + a, so every warp of the group gets the same bits, with no branch
+         * on which quarter is its own. Times scale; -inf where the id is invalid. */
+        const uint32_t valid = mask_s[jt] >> (2 * qd);   /* bit 8 n + b: position 32 jt + 8 n + 2 qd + b */
+        float row_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int n = 0; n < 4; n++) {
+            const float4 p1 = part_s[((warp ^ 4) * 4 + n) * 32 + lane];   /* quarter qr ^ 1: warp hg + 4 (qr ^ 1) */
+            const float4 p2 = part_s[((warp ^ 8) * 4 + n) * 32 + lane];
+            const float4 p3 = part_s[((warp ^ 12) * 4 + n) * 32 + lane];
+            const bool ok0 = (valid >> (8 * n)) & 1, ok1 = (valid >> (8 * n + 1)) & 1;   /* positions +0, +1 */
+            const float v0 = ((s[n][0] + p1.x) + (p2.x + p3.x)) * scale;
+            const float v1 = ((s[n][1] + p1.y) + (p2.y + p3.y)) * scale;
+            const float v2 = ((s[n][2] + p1.z) + (p2.z + p3.z)) * scale;
+            const float v3 = ((s[n][3] + p1.w) + (p2.w + p3.w)) * scale;
+            s[n][0] = ok0 ? v0 : -INFINITY;
+            s[n][1] = ok1 ? v1 : -INFINITY;
+            s[n][2] = ok0 ? v2 : -INFINITY;
+            s[n][3] = ok1 ? v3 : -INFINITY;
+            row_max[0] = fmaxf(row_max[0], fmaxf(s[n][0], s[n][1]));
+            row_max[1] = fmaxf(row_max[1], fmaxf(s[n][2], s[n][3]));
+        }
+        /* online softmax: the quad (lanes 4g .. 4g + 3) holds a head's 32 scores */
+        float corr[2], m_use[2];
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            row_max[r] = fmaxf(row_max[r], __shfl_xor_sync(0xffffffffu, row_max[r], 1));
+            row_max[r] = fmaxf(row_max[r], __shfl_xor_sync(0xffffffffu, row_max[r], 2));
+            const float m_new = fmaxf(m_run[r], row_max[r]);
+            m_use[r] = m_new == -INFINITY ? 0.0f : m_new;   /* nothing valid yet: every exp is 0 */
+            corr[r] = expf(m_run[r] - m_use[r]);
+            m_run[r] = m_new;
+        }
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            l_run[r] *= corr[r];
+#pragma unroll
+            for (int n = 0; n < 4; n++)
+#pragma unroll
+                for (int f = 2 * r; f < 2 * r + 2; f++) {
+                    s[n][f] = expf(s[n][f] - m_use[r]);
+                    l_run[r] += s[n][f];
+                }
+        }
+        /* P as the value product's A fragments: k-step kk covers positions 16 kk .. +16, score tiles 2 kk, 2 kk + 1 */
+        uint32_t pa[2][4];
+#pragma unroll
+        for (int kk = 0; kk < 2; kk++) {
+            pa[kk][0] = fl_pack_bf16x2(s[2 * kk][0], s[2 * kk][1]);
+            pa[kk][1] = fl_pack_bf16x2(s[2 * kk][2], s[2 * kk][3]);
+            pa[kk][2] = fl_pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+            pa[kk][3] = fl_pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+        }
+        if (!__all_sync(0xffffffffu, corr[0] == 1.0f && corr[1] == 1.0f))
+#pragma unroll
+            for (int n = 0; n < 16; n++) acc[n][0] *= corr[0], acc[n][1] *= corr[0], acc[n][2] *= corr[1], acc[n][3] *= corr[1];
+        /* acc += P V */
+#pragma unroll
+        for (int kk = 0; kk < 2; kk++) {
+#pragma unroll
+            for (int n = 0; n < 16; n += 2) {
+                uint32_t b[4];
+                fl16_ldmatrix_x4_trans(b, tile + lo + 16 * kk * FL_R * 2 + ((16 * n) ^ lx));
+                gemv_mma_16816(acc[n], pa[kk][0], pa[kk][1], pa[kk][2], pa[kk][3], b[0], b[1]);
+                gemv_mma_16816(acc[n + 1], pa[kk][0], pa[kk][1], pa[kk][2], pa[kk][3], b[2], b[3]);
+            }
+        }
+        buf = buf == FL16_STAGES - 1 ? 0 : buf + 1;
+    }
+
+    /* c = acc / l, heads row0 + g and + 8, columns col0 + 8 n + 2 qd + {0, 1} */
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        float l = l_run[r];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+        __nv_bfloat16 *c_row = c + (tl * H + h0 + row0 + g + 8 * r) * FL_R + col0 + 2 * qd;   /* [128] of the row */
+#pragma unroll
+        for (int n = 0; n < 16; n++)
+            *reinterpret_cast<uint32_t *>(c_row + 8 * n) = fl_pack_bf16x2(acc[n][2 * r] * inv, acc[n][2 * r + 1] * inv);
+    }
+}
+
+/* ------------------------------------------------------------------------------------------------------------
  * Launch
  */
 /* Query rows past which a call takes the GEMM form: qh and the value product as cuBLAS batched GEMMs over the
@@ -784,6 +1079,13 @@ static glm53_status mla_batched_gemm(cuda_backend *cb, cublasOperation_t op_a, i
 }
 
 static inline unsigned ceil_div(int64_t a, int64_t b) { return (unsigned)((a + b - 1) / b); }
+
+/* Whether the flash form's 16-warp kernel (sparse_mla_flash16_kernel) takes a call: the switch on, the row's ids fit
+ * its staged copy, and the device gives a block its shared memory. Otherwise the flash form runs
+ * sparse_mla_flash_kernel. */
+static bool mla_flash16_fits(const cuda_backend *cb, int64_t W) {
+    return cb->mla_flash16 && W <= FL16_MAX_W && FL16_SMEM <= (size_t)cb->smem_optin;
+}
 
 glm53_status cuda_sparse_mla(glm53_backend *be, glm53_tensor *o, const glm53_tensor *q, const glm53_tensor *latent,
                              const glm53_tensor *idx, const glm53_tensor *kv_b, float scale) {
@@ -816,6 +1118,7 @@ glm53_status cuda_sparse_mla(glm53_backend *be, glm53_tensor *o, const glm53_ten
     const bool act_bf16 = q->dtype == GLM53_BF16;
     const bool flash_form = gemm_form && act_bf16 && latent->dtype == GLM53_BF16 && H % FL_HEADS == 0 && R == FL_R &&
                             l_vec;
+    const bool flash16 = flash_form && mla_flash16_fits(cb, W);   /* its 16-warp kernel (GLM53_CUDA_MLA_FLASH16) */
     const cudaDataType act_type = act_bf16 ? CUDA_R_16BF : CUDA_R_32F;
     const size_t act_size = act_bf16 ? 2 : 4, o_size = glm53_dtype_size((glm53_dtype)o->dtype);
     const cudaDataType o_type = o->dtype == GLM53_BF16 ? CUDA_R_16BF : CUDA_R_32F;
@@ -845,7 +1148,9 @@ glm53_status cuda_sparse_mla(glm53_backend *be, glm53_tensor *o, const glm53_ten
 
     const int64_t Rp = (R + 7) / 8 * 8;
     const size_t out_smem = (size_t)(MLA_ROWS * Rp + MLA_ROWS * nS) * sizeof(float);
-    if (flash_form)
+    if (flash16)
+        GLM53_TRY(cuda_smem_optin(cb, (const void *)sparse_mla_flash16_kernel, FL16_SMEM, "sparse_mla (flash16)"));
+    else if (flash_form)
         GLM53_TRY(cuda_smem_optin(cb, (const void *)sparse_mla_flash_kernel, FL_SMEM, "sparse_mla (flash)"));
     else if (!gemm_form)
         GLM53_TRY(cuda_smem_optin(cb, (const void *)sparse_mla_out_kernel, out_smem, "sparse_mla (out)"));
@@ -868,7 +1173,13 @@ glm53_status cuda_sparse_mla(glm53_backend *be, glm53_tensor *o, const glm53_ten
                                  cb->pdl, qh, qa, kr, w_vec, t0, nc, H, dk, dv, R));
             CUDA_LAUNCHED("sparse_mla (qh)");
         }
-        if (flash_form) {
+        if (flash16) {
+            CUDA_TRY(cuda_launch(cb, sparse_mla_flash16_kernel, dim3((unsigned)nc, (unsigned)(H / FL_HEADS)),
+                                 FL16_THREADS, FL16_SMEM, cb->pdl, (__nv_bfloat16 *)c_rows.ptr,
+                                 (const __nv_bfloat16 *)qh, (const __nv_bfloat16 *)latent->data, ids, t0, H, W, cap,
+                                 scale, cb->fault));
+            CUDA_LAUNCHED("sparse_mla (flash16)");
+        } else if (flash_form) {
             CUDA_TRY(cuda_launch(cb, sparse_mla_flash_kernel, dim3((unsigned)nc, (unsigned)(H / FL_HEADS)), FL_THREADS,
                                  FL_SMEM, cb->pdl, (__nv_bfloat16 *)c_rows.ptr, (const __nv_bfloat16 *)qh,
                                  (const __nv_bfloat16 *)latent->data, ids, t0, H, W, cap, scale, cb->fault));

@@ -1742,12 +1742,20 @@ done:
 }
 
 /* --- sparse MLA ------------------------------------------------------------------------------------------- */
-static void check_sparse_mla(int64_t T, int64_t H, int64_t dk, int64_t dv, int64_t R, int64_t cap, int64_t W, int dt,
-                             int kv_dt) {
+/* The flash form's 16-warp kernel (GLM53_CUDA_MLA_FLASH16, sparse_mla.cu's sparse_mla_flash16_kernel) stages a row's
+ * ids in shared memory, up to this many; a longer list takes the 8-warp kernel. */
+enum { MLA_FLASH16_MAX_W = 4096 };
+static glm53_backend *mla_plain;         /* the 8-warp flash kernel's backend while `gpu` has GLM53_CUDA_MLA_FLASH16=1 */
+static int64_t mla_flash16_differing;    /* outputs whose bits differ from mla_plain's where the 16-warp kernel ran */
+static const char *mla_variant = "";     /* appended to the sparse_mla checks' dtype column: " flash16" on that backend */
+
+/* holes: about a third of each row's ids -1, scattered over the whole list (instead of one). */
+static void check_sparse_mla_ids(int64_t T, int64_t H, int64_t dk, int64_t dv, int64_t R, int64_t cap, int64_t W,
+                                 int dt, int kv_dt, bool holes) {
     char dts[48];
-    snprintf(dts, sizeof dts, "q:%s kv_b:%s", dt_name(dt), dt_name(kv_dt));
-    check_begin("sparse_mla", dts, "T %lld H %lld dk %lld dv %lld R %lld W %lld", (long long)T, (long long)H,
-                (long long)dk, (long long)dv, (long long)R, (long long)W);
+    snprintf(dts, sizeof dts, "q:%s kv_b:%s%s", dt_name(dt), dt_name(kv_dt), mla_variant);
+    check_begin("sparse_mla", dts, "T %lld H %lld dk %lld dv %lld R %lld W %lld%s", (long long)T, (long long)H,
+                (long long)dk, (long long)dv, (long long)R, (long long)W, holes ? " holes" : "");
     tpair q = {0}, latent = {0}, idx = {0}, kv_b = {0}, o = {0};
     NEED(sparse_mla);
     /* Selected positions: distinct, random order, some -1 in the middle, -1 padding at the end; with T >= 3 the
@@ -1758,6 +1766,9 @@ static void check_sparse_mla(int64_t T, int64_t H, int64_t dk, int64_t dv, int64
         rand_distinct(iv + t * W, n_valid, cap, scratch);
         for (int64_t j = n_valid; j < W; j++) iv[t * W + j] = -1;
         if (W > 5) iv[t * W + 2] = -1;
+        if (holes)
+            for (int64_t j = 0; j < n_valid; j++)
+                if (rand_below(3) == 0) iv[t * W + j] = -1;
         if (T >= 3 && t == T - 1)
             for (int64_t j = 0; j < W; j++) iv[t * W + j] = -1;
     }
@@ -1772,8 +1783,44 @@ static void check_sparse_mla(int64_t T, int64_t H, int64_t dk, int64_t dv, int64
     TRY(cpu->ops->sparse_mla(cpu, o.c, q.c, latent.c, idx.c, kv_b.c, scale));
     TRY(gpu->ops->sparse_mla(gpu, o.g, q.g, latent.g, idx.g, kv_b.g, scale));
     compare(NULL, o.c, o.g, THR(dt, kv_dt));
+    /* On GLM53_CUDA_MLA_FLASH16's backend, where the flash form runs (BF16, past 16 rows, 64-head groups, R 512): the
+     * same call on the 8-warp kernel's backend. With the ids staged (W up to MLA_FLASH16_MAX_W) the bits differ
+     * somewhere (the scores are summed in another order), counted for group_indexer's "taken" row; past it the call
+     * falls back to the 8-warp kernel, so every bit must be the same ("fallback"). */
+    if (mla_plain && dt == BF16 && T > 16 && H % 64 == 0 && R == 512) {
+        glm53_tensor *plain = NULL;
+        TRY(gpu->ops->sync(gpu));   /* the two backends run on different streams of the one device */
+        TRY(tensor_out(mla_plain, &plain, o.g->dtype, SHAPE(T, H, dv)));
+        TRY(mla_plain->ops->sparse_mla(mla_plain, plain, q.g, latent.g, idx.g, kv_b.g, scale));
+        TRY(mla_plain->ops->sync(mla_plain));
+        int64_t differing = 0;
+        TRY(count_differing(o.g, plain, &differing));
+        if (W <= MLA_FLASH16_MAX_W) {
+            mla_flash16_differing += differing;
+        } else {
+            char note[120] = "";
+            if (differing) snprintf(note, sizeof note, "%lld outputs differ from the 8-warp kernel's: no fallback",
+                                    (long long)differing);
+            record("fallback", (double)differing, 0.0, differing == 0, note);
+        }
+    }
 done:
     check_end();
+}
+
+static void check_sparse_mla(int64_t T, int64_t H, int64_t dk, int64_t dv, int64_t R, int64_t cap, int64_t W, int dt,
+                             int kv_dt) {
+    check_sparse_mla_ids(T, H, dk, dv, R, cap, W, dt, kv_dt, false);
+}
+
+/* The flash form's cases (BF16, 64-head groups, R 512, past 16 rows). */
+static void sparse_mla_flash_cases(void) {
+    check_sparse_mla(20, 64, 256, 256, 512, 3000, 2051, BF16, FP8);   /* the flash form: BF16, 64 heads, R 512 */
+    check_sparse_mla(18, 128, 32, 32, 512, 40, 12, BF16, BF16);       /* the flash form: two head groups, one short tile */
+    check_sparse_mla(17, 64, 32, 32, 512, 96, 300, BF16, BF16);       /* the flash form: 96 of 300, tiles 3 .. 9 skipped */
+    check_sparse_mla(17, 64, 32, 32, 512, 60, 50, BF16, BF16);        /* two tiles: the 16-warp kernel's ring not full */
+    check_sparse_mla_ids(17, 64, 64, 64, 512, 5000, 2048, BF16, BF16, true);   /* 64 tiles: the ring wraps 21 times */
+    check_sparse_mla_ids(17, 64, 32, 32, 512, 5000, 4100, BF16, BF16, true);   /* W past the 16-warp kernel's ids */
 }
 
 /* --- MoE -------------------------------------------------------------------------------------------------- */
@@ -2204,10 +2251,33 @@ static void group_indexer(void) {
         check_sparse_mla(40, 4, 32, 16, 32, 40, 12, dt, BF16);
         check_sparse_mla(17, 2, 8, 8, 16, 20, 7, dt, F32);
     }
-    check_sparse_mla(20, 64, 256, 256, 512, 3000, 2051, BF16, FP8);   /* the flash form: BF16, 64 heads, R 512 */
-    check_sparse_mla(20, 64, 256, 256, 512, 3000, 2051, F32, FP8);
-    check_sparse_mla(18, 128, 32, 32, 512, 40, 12, BF16, BF16);       /* the flash form: two head groups, one short tile */
-    check_sparse_mla(17, 64, 32, 32, 512, 96, 300, BF16, BF16);       /* the flash form: 96 of 300, tiles 3 .. 9 skipped */
+    sparse_mla_flash_cases();
+    check_sparse_mla(20, 64, 256, 256, 512, 3000, 2051, F32, FP8);    /* F32 activations: the split kernels */
+
+    /* The flash cases once more on a backend made with GLM53_CUDA_MLA_FLASH16=1 (the 16-warp kernel, off by default
+     * until a GPU has run it), at the same tolerances, each against the 8-warp kernel's bits on one made with it off:
+     * "taken" fails if no output of the cases it takes differs (the 16-warp kernel did not run; one row for all of
+     * them, since a case's BF16 outputs can all round alike), "fallback" if any differs where W is past its ids. */
+    const char *f16_name[1] = {"GLM53_CUDA_MLA_FLASH16"}, *f16_on[1] = {"1"}, *f16_off[1] = {"0"};
+    glm53_backend *const main_gpu = gpu, *flash16 = switched_backend("sparse_mla", 1, f16_name, f16_on);
+    mla_plain = switched_backend("sparse_mla", 1, f16_name, f16_off);
+    if (flash16 && mla_plain) {
+        gpu = flash16;
+        mla_variant = " flash16";
+        mla_flash16_differing = 0;
+        sparse_mla_flash_cases();
+        mla_variant = "";
+        gpu = main_gpu;
+        if (!self_test) {   /* the CPU backends of --self-test give the same bits either way */
+            check_begin("sparse_mla", "q:bf16 flash16", "the flash cases above");
+            record_taken(mla_flash16_differing, "every output equals the 8-warp kernel's: the 16-warp kernel did not run");
+            check_end();
+        }
+    }
+    gpu = main_gpu;
+    if (flash16) flash16->ops->destroy(flash16);
+    if (mla_plain) mla_plain->ops->destroy(mla_plain);
+    mla_plain = NULL;
 }
 
 static void group_moe(void) {
