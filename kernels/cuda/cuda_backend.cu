@@ -82,16 +82,16 @@ glm53_status cuda_smem_optin(cuda_backend *cb, const void *kernel, size_t bytes,
 /* The performance switches' defaults: the first four on since the H100 run of 2026-12-07 checked and timed them,
  * mhc_site since a later H100 run of that day did, the wgmma experts and the chunked KDA since the H100 run of
  * 2026-12-07 15:13 (tests/cuda/h200/decode_ab.sh; docs/performance.md), the folded experts tile and kpool_score on
- * tensor cores since the H100 run of 2026-12-07 22:05 (tests/cuda/h200/prefill_check.sh); FP8 occupancy was slower
- * where it ran. A new one is off until its first GPU run has (the chunked KDA's intra kernel on tensor cores,
- * GLM53_CUDA_KDA_INTRA_MMA, the conv prep's cp.async loads, GLM53_CUDA_KDA_CONV_ASYNC, and sparse MLA's flash form
- * on 16 warps, GLM53_CUDA_MLA_FLASH16, have not yet). "0" / "1" in GLM53_CUDA_<NAME> overrides a default, for an A/B
- * or a suspected kernel. */
+ * tensor cores since the H100 run of 2026-12-07 22:05 (tests/cuda/h200/prefill_check.sh), the chunked KDA's intra
+ * kernel on tensor cores and the conv prep's cp.async loads since the H100 run of 2026-12-08 00:33 (the same
+ * script); FP8 occupancy was slower where it ran. A new one is off until its first GPU run has (sparse MLA's flash
+ * form on 16 warps, GLM53_CUDA_MLA_FLASH16, has not yet). "0" / "1" in GLM53_CUDA_<NAME> overrides a default, for an
+ * A/B or a suspected kernel. */
 static const bool CUDA_DEFAULT_GEMV_STREAM = true, CUDA_DEFAULT_PDL = true, CUDA_DEFAULT_KDA_SEQUENCES = true,
                   CUDA_DEFAULT_GROUPED_EXPERTS = true, CUDA_DEFAULT_MHC_SITE = true,
                   CUDA_DEFAULT_FP8_OCCUPANCY = false, CUDA_DEFAULT_GROUPED_WGMMA = true,
                   CUDA_DEFAULT_KDA_CHUNKED = true, CUDA_DEFAULT_GROUPED_FOLDED = true, CUDA_DEFAULT_KPOOL_MMA = true,
-                  CUDA_DEFAULT_KDA_INTRA_MMA = false, CUDA_DEFAULT_KDA_CONV_ASYNC = false,
+                  CUDA_DEFAULT_KDA_INTRA_MMA = true, CUDA_DEFAULT_KDA_CONV_ASYNC = true,
                   CUDA_DEFAULT_MLA_FLASH16 = false;
 static const int64_t CUDA_DEFAULT_KDA_CHUNK_PIECE = 4096;   /* chunk-heads of scratch a piece (kda.cu) */
 

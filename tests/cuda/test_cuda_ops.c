@@ -2678,7 +2678,7 @@ int main(int argc, char **argv) {
     setenv("GLM53_CUDA_GROUPED_EXPERTS", "1", 0);
     setenv("GLM53_CUDA_GROUPED_WGMMA", "1", 0);
     setenv("GLM53_CUDA_MHC_SITE", "1", 0);
-    setenv("GLM53_CUDA_KDA_CONV_ASYNC", "1", 0);   /* off by default until a GPU has run it: its bits checked here */
+    setenv("GLM53_CUDA_KDA_CONV_ASYNC", "1", 0);
     glm53_status st = self_test ? glm53_backend_cpu_create(0, &gpu) : glm53_backend_cuda_create(0, &gpu);
     if (st != GLM53_OK) {
         printf("cannot create the CUDA backend: %s\ncuda ops: 0 passed, 1 failed\n", glm53_last_error());
