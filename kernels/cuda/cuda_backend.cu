@@ -85,14 +85,14 @@ glm53_status cuda_smem_optin(cuda_backend *cb, const void *kernel, size_t bytes,
  * tensor cores since the H100 run of 2026-12-07 22:05 (tests/cuda/h200/prefill_check.sh), the chunked KDA's intra
  * kernel on tensor cores and the conv prep's cp.async loads since the H100 run of 2026-12-08 00:33 (the same
  * script); FP8 occupancy was slower where it ran. A new one is off until its first GPU run has (sparse MLA's flash
- * form on 16 warps, GLM53_CUDA_MLA_FLASH16, has not yet). "0" / "1" in GLM53_CUDA_<NAME> overrides a default, for an
- * A/B or a suspected kernel. */
+ * form on 16 warps, GLM53_CUDA_MLA_FLASH16, and KDA's gate and gated norm in many-rows forms, GLM53_CUDA_KDA_ROWS,
+ * have not yet). "0" / "1" in GLM53_CUDA_<NAME> overrides a default, for an A/B or a suspected kernel. */
 static const bool CUDA_DEFAULT_GEMV_STREAM = true, CUDA_DEFAULT_PDL = true, CUDA_DEFAULT_KDA_SEQUENCES = true,
                   CUDA_DEFAULT_GROUPED_EXPERTS = true, CUDA_DEFAULT_MHC_SITE = true,
                   CUDA_DEFAULT_FP8_OCCUPANCY = false, CUDA_DEFAULT_GROUPED_WGMMA = true,
                   CUDA_DEFAULT_KDA_CHUNKED = true, CUDA_DEFAULT_GROUPED_FOLDED = true, CUDA_DEFAULT_KPOOL_MMA = true,
                   CUDA_DEFAULT_KDA_INTRA_MMA = true, CUDA_DEFAULT_KDA_CONV_ASYNC = true,
-                  CUDA_DEFAULT_MLA_FLASH16 = false;
+                  CUDA_DEFAULT_MLA_FLASH16 = false, CUDA_DEFAULT_KDA_ROWS = false;
 static const int64_t CUDA_DEFAULT_KDA_CHUNK_PIECE = 4096;   /* chunk-heads of scratch a piece (kda.cu) */
 
 glm53_status cuda_blocks_per_sm(cuda_backend *cb, const void *kernel, int threads, size_t smem, int *blocks) {
@@ -707,6 +707,7 @@ static glm53_status cuda_backend_init(cuda_backend *cb, int32_t ordinal) {
     cb->kda_intra_mma = switched_on("GLM53_CUDA_KDA_INTRA_MMA", CUDA_DEFAULT_KDA_INTRA_MMA);
     cb->kda_conv_async = switched_on("GLM53_CUDA_KDA_CONV_ASYNC", CUDA_DEFAULT_KDA_CONV_ASYNC);
     cb->mla_flash16 = switched_on("GLM53_CUDA_MLA_FLASH16", CUDA_DEFAULT_MLA_FLASH16);
+    cb->kda_rows = switched_on("GLM53_CUDA_KDA_ROWS", CUDA_DEFAULT_KDA_ROWS);
     const char *piece = getenv("GLM53_CUDA_KDA_CHUNK_PIECE");   /* a size, not a switch: tests make pieces small */
     cb->kda_chunk_piece = piece && atoll(piece) > 0 ? atoll(piece) : CUDA_DEFAULT_KDA_CHUNK_PIECE;
 

@@ -84,6 +84,7 @@ struct cuda_backend {
     bool            grouped_folded;     /* the wgmma tile with the block scales folded into the codes, GLM53_CUDA_GROUPED_FOLDED */
     bool            kpool_mma;          /* kpool_score's many-rows form on tensor cores, GLM53_CUDA_KPOOL_MMA */
     bool            kda_intra_mma;      /* the chunked KDA's intra kernel on tensor cores, GLM53_CUDA_KDA_INTRA_MMA */
+    bool            kda_rows;           /* kda_gate and rmsnorm_gated in their many-rows forms, GLM53_CUDA_KDA_ROWS */
     bool            mla_flash16;        /* sparse MLA's flash form on 16 warps a block, GLM53_CUDA_MLA_FLASH16 */
     bool            kda_conv_async;     /* kda_sequences' conv prep loading its rows by cp.async, GLM53_CUDA_KDA_CONV_ASYNC */
     int64_t         kda_chunk_piece;    /* its scratch a piece, chunk-heads: GLM53_CUDA_KDA_CHUNK_PIECE (default 4096) */

@@ -724,6 +724,22 @@ done:
     check_end();
 }
 
+/* A backend made with GLM53_CUDA_KDA_ROWS=0 while `gpu` has it on (main turns it on): kda_gate and rmsnorm_gated in
+ * their many-rows forms must give the bits of the kernels they replace ("bits"). */
+static glm53_backend *kda_rows_plain;
+
+/* Records "bits": passed when `mine` and `plain` (the same op on kda_rows_plain) agree in every bit. */
+static glm53_status record_kda_rows_bits(const glm53_tensor *mine, const glm53_tensor *plain) {
+    int64_t differing = 0;
+    GLM53_TRY(gpu->ops->sync(gpu));
+    GLM53_TRY(kda_rows_plain->ops->sync(kda_rows_plain));
+    GLM53_TRY(count_differing(mine, plain, &differing));
+    char note[96] = "";
+    if (differing) snprintf(note, sizeof note, "%lld values differ from GLM53_CUDA_KDA_ROWS=0's", (long long)differing);
+    record("bits", (double)differing, 0.0, differing == 0, note);
+    return GLM53_OK;
+}
+
 static void check_rmsnorm_gated(int64_t M, int64_t d, int dt, int w_dt, bool in_place) {
     char dts[48];
     snprintf(dts, sizeof dts, "x:%s w:%s", dt_name(dt), dt_name(w_dt));
@@ -736,8 +752,16 @@ static void check_rmsnorm_gated(int64_t M, int64_t d, int dt, int w_dt, bool in_
     if (in_place) y = x;
     else TRY(out_pair(&y, dt, SHAPE(M, d)));
     TRY(cpu->ops->rmsnorm_gated(cpu, y.c, x.c, gate.c, w.c, 1e-5f));
+    glm53_tensor *plain = NULL;   /* out of place, before an in-place call overwrites x */
+    if (kda_rows_plain) {
+        TRY(gpu->ops->sync(gpu));   /* the inputs in place for the other backend's stream */
+        TRY(tensor_out(kda_rows_plain, &plain, y.g->dtype, SHAPE(M, d)));
+        TRY(kda_rows_plain->ops->rmsnorm_gated(kda_rows_plain, plain, x.g, gate.g, w.g, 1e-5f));
+        TRY(kda_rows_plain->ops->sync(kda_rows_plain));
+    }
     TRY(gpu->ops->rmsnorm_gated(gpu, y.g, x.g, gate.g, w.g, 1e-5f));
     compare(NULL, y.c, y.g, THR(dt, w_dt));
+    if (plain) TRY(record_kda_rows_bits(y.g, plain));
 done:
     check_end();
 }
@@ -1101,6 +1125,13 @@ static void check_kda_gate(int64_t N, int64_t heads, int64_t dk, int dt, int low
     TRY(cpu->ops->kda_gate(cpu, g.c, f.c, A.c, dtb.c, lower_bound, -5.0f));
     TRY(gpu->ops->kda_gate(gpu, g.g, f.g, A.g, dtb.g, lower_bound, -5.0f));
     compare(NULL, g.c, g.g, THR(dt));
+    if (kda_rows_plain) {
+        glm53_tensor *plain = NULL;
+        TRY(gpu->ops->sync(gpu));
+        TRY(tensor_out(kda_rows_plain, &plain, F32, SHAPE(N, C)));
+        TRY(kda_rows_plain->ops->kda_gate(kda_rows_plain, plain, f.g, A.g, dtb.g, lower_bound, -5.0f));
+        TRY(record_kda_rows_bits(g.g, plain));
+    }
 done:
     check_end();
 }
@@ -2042,6 +2073,8 @@ static void group_norm(void) {
     check_rmsnorm_gated(64, 128, BF16, F32, false);
     check_rmsnorm_gated(64, 128, BF16, BF16, true);
     check_rmsnorm_gated(34, 130, F32, BF16, false);
+    check_rmsnorm_gated(1003, 128, BF16, F32, false);   /* KDA's shape: many rows of dv, a last block part-empty */
+    check_rmsnorm_gated(9, 520, F32, F32, false);       /* past GLM53_CUDA_KDA_ROWS's widths: the block kernel */
 }
 
 static void group_elementwise(void) {
@@ -2136,6 +2169,7 @@ static void group_kda(void) {
     for (int dt = F32; dt <= BF16; dt++) {
         check_kda_gate(1, 64, 128, dt, 1);
         check_kda_gate(17, 4, 16, dt, 0);
+        check_kda_gate(37, 64, 128, dt, 1);   /* the model's width, rows not a multiple of the rows form's 16 */
         check_kda_gate(3, 3, 11, dt, 1);
         check_kda_recurrent(4, 16, 16, 1, dt, 1, false);
         check_kda_recurrent(4, 16, 16, 7, dt, 3, true);
@@ -2679,6 +2713,7 @@ int main(int argc, char **argv) {
     setenv("GLM53_CUDA_GROUPED_WGMMA", "1", 0);
     setenv("GLM53_CUDA_MHC_SITE", "1", 0);
     setenv("GLM53_CUDA_KDA_CONV_ASYNC", "1", 0);
+    setenv("GLM53_CUDA_KDA_ROWS", "1", 0);   /* off by default until a GPU has run it; "bits" holds it to the old kernels */
     glm53_status st = self_test ? glm53_backend_cpu_create(0, &gpu) : glm53_backend_cuda_create(0, &gpu);
     if (st != GLM53_OK) {
         printf("cannot create the CUDA backend: %s\ncuda ops: 0 passed, 1 failed\n", glm53_last_error());
@@ -2687,6 +2722,10 @@ int main(int argc, char **argv) {
     if (glm53_backend_cpu_create(0, &cpu) != GLM53_OK) {
         printf("cannot create the CPU backend: %s\ncuda ops: 0 passed, 1 failed\n", glm53_last_error());
         return 1;
+    }
+    {
+        const char *name[1] = {"GLM53_CUDA_KDA_ROWS"}, *off[1] = {"0"};
+        kda_rows_plain = switched_backend("kda_gate", 1, name, off);
     }
     struct cudaDeviceProp prop;
     if (self_test) printf("self-test: the CPU backend on both sides\n");
@@ -2704,6 +2743,7 @@ int main(int argc, char **argv) {
     if (bench && !only) run_benches();
 
     print_table();
+    if (kda_rows_plain) kda_rows_plain->ops->destroy(kda_rows_plain);
     gpu->ops->destroy(gpu);
     cpu->ops->destroy(cpu);
     return test_failures ? 1 : 0;
