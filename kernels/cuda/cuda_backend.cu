@@ -94,6 +94,7 @@ static const bool CUDA_DEFAULT_GEMV_STREAM = true, CUDA_DEFAULT_PDL = true, CUDA
                   CUDA_DEFAULT_KDA_INTRA_MMA = true, CUDA_DEFAULT_KDA_CONV_ASYNC = true,
                   CUDA_DEFAULT_MLA_FLASH16 = false, CUDA_DEFAULT_KDA_ROWS = false;
 static const int64_t CUDA_DEFAULT_KDA_CHUNK_PIECE = 4096;   /* chunk-heads of scratch a piece (kda.cu) */
+static const int64_t CUDA_DEFAULT_MHC_PIECE = 2048;         /* mhc_site's prefill rows a launch pair (mhc.cu) */
 
 glm53_status cuda_blocks_per_sm(cuda_backend *cb, const void *kernel, int threads, size_t smem, int *blocks) {
     for (int32_t i = 0; i < cb->n_occupancy; i++)
@@ -710,6 +711,8 @@ static glm53_status cuda_backend_init(cuda_backend *cb, int32_t ordinal) {
     cb->kda_rows = switched_on("GLM53_CUDA_KDA_ROWS", CUDA_DEFAULT_KDA_ROWS);
     const char *piece = getenv("GLM53_CUDA_KDA_CHUNK_PIECE");   /* a size, not a switch: tests make pieces small */
     cb->kda_chunk_piece = piece && atoll(piece) > 0 ? atoll(piece) : CUDA_DEFAULT_KDA_CHUNK_PIECE;
+    const char *mhc_piece = getenv("GLM53_CUDA_MHC_PIECE");   /* a size too: the A/B of how much of H_out stays in L2 */
+    cb->mhc_piece = mhc_piece && atoll(mhc_piece) > 0 ? atoll(mhc_piece) : CUDA_DEFAULT_MHC_PIECE;
 
     cb->allocator = new (std::nothrow) cuda_allocator();
     if (!cb->allocator) return GLM53_FAIL(GLM53_ERR_OUT_OF_MEMORY, "cuda: no host memory for the allocator");

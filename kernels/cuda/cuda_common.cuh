@@ -88,6 +88,7 @@ struct cuda_backend {
     bool            mla_flash16;        /* sparse MLA's flash form on 16 warps a block, GLM53_CUDA_MLA_FLASH16 */
     bool            kda_conv_async;     /* kda_sequences' conv prep loading its rows by cp.async, GLM53_CUDA_KDA_CONV_ASYNC */
     int64_t         kda_chunk_piece;    /* its scratch a piece, chunk-heads: GLM53_CUDA_KDA_CHUNK_PIECE (default 4096) */
+    int64_t         mhc_piece;          /* mhc_site's prefill rows a launch pair: GLM53_CUDA_MHC_PIECE (default 2048) */
     unsigned       *mhc_tickets;        /* device [CUDA_MHC_TICKET_ROWS], zero between mhc_site launches */
     glm53_backend_ops ops;              /* this instance's op table: cuda_ops less the fused ops switched off */
 };

@@ -30,7 +30,6 @@ enum {
     MHC_COLS = 512,              /* columns of x per stage-2 collapse block: 8 blocks a row at D = 4096 */
     MHC_SITE_THREADS = 96,       /* mhc_site_kernel: stage 1's 64, and a warp for the Sinkhorn of the last block */
     MHC_SITE_MANY_ROWS = 64,     /* mhc_site from this many rows: mhc_site_rows_kernel + mhc_site_tail_kernel */
-    MHC_SITE_PIECE = 2048,       /* rows per launch pair: the partials' scratch, H_out still in L2 for the tail */
     MHC_TAIL_THREADS = CUDA_NORM_THREADS + 32,   /* mhc_site_tail_kernel: rmsnorm's 256, and a Sinkhorn warp */
     MHC_CHUNK_WARPS = MHC_PROJECT_THREADS / 32,  /* warp sums per chunk (mhc_chunk_partials adds them in order) */
 };
@@ -732,7 +731,9 @@ glm53_status cuda_mhc_pre(glm53_backend *be, glm53_tensor *x, glm53_tensor *post
  * rows), else GLM53_ERR_UNSUPPORTED before anything runs. Fewer than MHC_SITE_MANY_ROWS rows (decode): one launch
  * of mhc_site_kernel per piece of at most CUDA_MHC_TICKET_ROWS rows (the tickets it counts chunks with,
  * cb->mhc_tickets). From MHC_SITE_MANY_ROWS rows (prefill): mhc_site_rows_kernel then mhc_site_tail_kernel per piece
- * of at most MHC_SITE_PIECE rows (the partials' scratch, and the piece's H_out for the tail to find in L2). */
+ * of at most cb->mhc_piece rows (GLM53_CUDA_MHC_PIECE, default 2048: the partials' scratch, and the piece's H_out
+ * for the tail to find in L2; at D 4096 a piece of 2048 rows is 64 MB of H_out, more than the H100's 50 MB of L2,
+ * so smaller pieces are the A/B to run). */
 glm53_status cuda_mhc_site(glm53_backend *be, const glm53_mhc_site *site) {
     cuda_backend *cb = cuda_impl(be);
     const glm53_tensor *H_in = site->H_in, *y = site->y, *fn = site->fn;
@@ -761,7 +762,7 @@ glm53_status cuda_mhc_site(glm53_backend *be, const glm53_mhc_site *site) {
     if (N == 0) return GLM53_OK;
     const int n_mix = (int)((2 + S) * S), n_chunks = (int)((SD + MHC_CHUNK - 1) / MHC_CHUNK);
     const bool many = N >= MHC_SITE_MANY_ROWS;
-    const int64_t limit = many ? (int64_t)MHC_SITE_PIECE : (int64_t)CUDA_MHC_TICKET_ROWS, piece = N < limit ? N : limit;
+    const int64_t limit = many ? cb->mhc_piece : (int64_t)CUDA_MHC_TICKET_ROWS, piece = N < limit ? N : limit;
     cuda_scratch part;
     const int64_t part_per_row = (many ? MHC_CHUNK_WARPS : 1) * n_chunks * (n_mix + 1);   /* the rows kernel's: warps' */
     GLM53_TRY(part.get(cb, (size_t)(piece * part_per_row) * sizeof(float), "mhc_site partial sums"));
