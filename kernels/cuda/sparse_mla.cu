@@ -614,6 +614,25 @@ __device__ inline uint32_t fl_pack_bf16x2(float lo, float hi) {
     return *reinterpret_cast<const uint32_t *>(&v);
 }
 
+/* Both flash kernels' end: c = acc / l for a warp's heads head0 + g and head0 + g + 8 (rows of c [., 512]) and its
+ * N_TILES n-tiles of 8 columns from col0 (columns col0 + 8 n + 2 qd + {0, 1}); l is the quad's four parts of l_run
+ * added, zeros where l = 0 (no valid position), BF16. */
+template <int N_TILES>
+__device__ __forceinline__ void fl_store_c(__nv_bfloat16 *c, const float (&acc)[N_TILES][4], const float (&l_run)[2],
+                                           int64_t head0, int64_t col0, int g, int qd) {
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        float l = l_run[r];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+        __nv_bfloat16 *c_row = c + (head0 + g + 8 * r) * FL_R + col0 + 2 * qd;   /* [8 N_TILES] of the row */
+#pragma unroll
+        for (int n = 0; n < N_TILES; n++)
+            *reinterpret_cast<uint32_t *>(c_row + 8 * n) = fl_pack_bf16x2(acc[n][2 * r] * inv, acc[n][2 * r + 1] * inv);
+    }
+}
+
 /* grid (nc, H / 64). qh [nc, H, 512] BF16 (the chunk's rows), latent [cap, 512] BF16, idx [T, W] (row t0 + t of
  * the call), c [nc, H, 512] BF16. */
 __global__ void __launch_bounds__(FL_THREADS, 1)
@@ -748,18 +767,7 @@ sparse_mla_flash_kernel(__nv_bfloat16 *c, const __nv_bfloat16 *qh, const __nv_bf
         }
     }
 
-    /* c = acc / l, heads row0 + g and + 8, columns col0 + 8 n + 2 qd + {0, 1} */
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        float l = l_run[r];
-        l += __shfl_xor_sync(0xffffffffu, l, 1);
-        l += __shfl_xor_sync(0xffffffffu, l, 2);
-        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-        __nv_bfloat16 *c_row = c + (tl * H + h0 + row0 + g + 8 * r) * FL_R + col0 + 2 * qd;
-#pragma unroll
-        for (int n = 0; n < 32; n++)
-            *reinterpret_cast<uint32_t *>(c_row + 8 * n) = fl_pack_bf16x2(acc[n][2 * r] * inv, acc[n][2 * r + 1] * inv);
-    }
+    fl_store_c(c, acc, l_run, tl * H + h0 + row0, col0, g, qd);
 }
 
 /* ------------------------------------------------------------------------------------------------------------
@@ -1042,18 +1050,7 @@ sparse_mla_flash16_kernel(__nv_bfloat16 *c, const __nv_bfloat16 *qh, const __nv_
         buf = buf == FL16_STAGES - 1 ? 0 : buf + 1;
     }
 
-    /* c = acc / l, heads row0 + g and + 8, columns col0 + 8 n + 2 qd + {0, 1} */
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        float l = l_run[r];
-        l += __shfl_xor_sync(0xffffffffu, l, 1);
-        l += __shfl_xor_sync(0xffffffffu, l, 2);
-        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-        __nv_bfloat16 *c_row = c + (tl * H + h0 + row0 + g + 8 * r) * FL_R + col0 + 2 * qd;   /* [128] of the row */
-#pragma unroll
-        for (int n = 0; n < 16; n++)
-            *reinterpret_cast<uint32_t *>(c_row + 8 * n) = fl_pack_bf16x2(acc[n][2 * r] * inv, acc[n][2 * r + 1] * inv);
-    }
+    fl_store_c(c, acc, l_run, tl * H + h0 + row0, col0, g, qd);
 }
 
 /* ------------------------------------------------------------------------------------------------------------
