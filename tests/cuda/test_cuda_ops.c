@@ -328,6 +328,15 @@ static glm53_status count_differing(const glm53_tensor *a, const glm53_tensor *b
     return GLM53_OK;
 }
 
+/* count_differing for `theirs` made by `other`, a second backend of the one device on its own stream: waits for both
+ * streams first. (A call on `other` that reads what gpu wrote must itself follow a gpu->ops->sync.) */
+static glm53_status count_differing_from(glm53_backend *other, const glm53_tensor *mine, const glm53_tensor *theirs,
+                                         int64_t *count) {
+    GLM53_TRY(gpu->ops->sync(gpu));
+    GLM53_TRY(other->ops->sync(other));
+    return count_differing(mine, theirs, count);
+}
+
 /* Records a "taken" check: passed when some value differs from the kernel a switch replaces (the switched path ran;
  * `missing` says what failing means). */
 static void record_taken(int64_t differing, const char *missing) {
@@ -731,9 +740,7 @@ static glm53_backend *kda_rows_plain;
 /* Records "bits": passed when `mine` and `plain` (the same op on kda_rows_plain) agree in every bit. */
 static glm53_status record_kda_rows_bits(const glm53_tensor *mine, const glm53_tensor *plain) {
     int64_t differing = 0;
-    GLM53_TRY(gpu->ops->sync(gpu));
-    GLM53_TRY(kda_rows_plain->ops->sync(kda_rows_plain));
-    GLM53_TRY(count_differing(mine, plain, &differing));
+    GLM53_TRY(count_differing_from(kda_rows_plain, mine, plain, &differing));
     char note[96] = "";
     if (differing) snprintf(note, sizeof note, "%lld values differ from GLM53_CUDA_KDA_ROWS=0's", (long long)differing);
     record("bits", (double)differing, 0.0, differing == 0, note);
@@ -757,7 +764,7 @@ static void check_rmsnorm_gated(int64_t M, int64_t d, int dt, int w_dt, bool in_
         TRY(gpu->ops->sync(gpu));   /* the inputs in place for the other backend's stream */
         TRY(tensor_out(kda_rows_plain, &plain, y.g->dtype, SHAPE(M, d)));
         TRY(kda_rows_plain->ops->rmsnorm_gated(kda_rows_plain, plain, x.g, gate.g, w.g, 1e-5f));
-        TRY(kda_rows_plain->ops->sync(kda_rows_plain));
+        TRY(kda_rows_plain->ops->sync(kda_rows_plain));   /* done reading x before an in-place call writes it */
     }
     TRY(gpu->ops->rmsnorm_gated(gpu, y.g, x.g, gate.g, w.g, 1e-5f));
     compare(NULL, y.c, y.g, THR(dt, w_dt));
@@ -1458,9 +1465,8 @@ static glm53_status kda_record_taken(glm53_backend *other, const glm53_tensor *o
     GLM53_TRY(tensor_from(other, &states_other, F32, sv, SHAPE(ring, H, dk, dv)));
     GLM53_TRY(tensor_out(other, &o_other, F32, SHAPE(T, H, dv)));
     GLM53_TRY(other->ops->kda_recurrent(other, o_other, q->g, k->g, v->g, g->g, beta->g, states_other, slots->g));
-    GLM53_TRY(other->ops->sync(other));
     int64_t differing = 0;
-    GLM53_TRY(count_differing(o, o_other, &differing));
+    GLM53_TRY(count_differing_from(other, o, o_other, &differing));
     record_taken(differing, what);
     return GLM53_OK;
 }
@@ -1823,9 +1829,8 @@ static void check_sparse_mla_ids(int64_t T, int64_t H, int64_t dk, int64_t dv, i
         TRY(gpu->ops->sync(gpu));   /* the two backends run on different streams of the one device */
         TRY(tensor_out(mla_plain, &plain, o.g->dtype, SHAPE(T, H, dv)));
         TRY(mla_plain->ops->sparse_mla(mla_plain, plain, q.g, latent.g, idx.g, kv_b.g, scale));
-        TRY(mla_plain->ops->sync(mla_plain));
         int64_t differing = 0;
-        TRY(count_differing(o.g, plain, &differing));
+        TRY(count_differing_from(mla_plain, o.g, plain, &differing));
         if (W <= MLA_FLASH16_MAX_W) {
             mla_flash16_differing += differing;
         } else {
